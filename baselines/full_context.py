@@ -1,0 +1,65 @@
+"""The paper's "LoCoMo" row: no memory, the dated transcript itself (LoCoMo task_eval [L1]).
+
+Spec: shared/specs/baselines.md section 1. The transcript is filled from the newest turn
+backwards within the token budget and stops at the first turn that does not fit, so the
+oldest turns drop; every session that is fully or partly included keeps its DATE header.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from scgmem.data.locomo import Conversation
+from scgmem.memory import MemoryMethod, Recall, render_turn
+
+
+class FullContext(MemoryMethod):
+    """Args:
+        style: turn rendering, "locomo" (`{speaker} said, "{text}"`, as LoCoMo) or "amem".
+    """
+
+    name = "full_context"
+
+    def __init__(self, llm, embedder=None, style: str = "locomo") -> None:
+        super().__init__(llm, embedder)
+        if style not in ("locomo", "amem"):
+            raise ValueError(f"method.style must be 'locomo' or 'amem', got {style!r}")
+        self.style = style
+        self.header = ""
+        self.turns = []
+
+    def ingest(self, conversation: Conversation, rng: np.random.Generator) -> None:
+        self.turns = conversation.turns
+        self.header = (f"Below is a conversation between two people: {conversation.speaker_a} and "
+                       f"{conversation.speaker_b}. The conversation takes place over multiple days "
+                       f"and the date of each conversation is written at the beginning of the conversation.\n\n")
+        # Token counts are computed once here, not per question (the transcript is fixed).
+        self._turn_tokens = [self.llm.count_tokens(render_turn(t, self.style)) + 1 for t in self.turns]
+
+    def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
+        used = self.llm.count_tokens(self.header)
+        kept: list[int] = []
+        sessions_seen: set[int] = set()
+        for i in range(len(self.turns) - 1, -1, -1):
+            turn = self.turns[i]
+            cost = self._turn_tokens[i]
+            if turn.session not in sessions_seen:  # the session's DATE/CONVERSATION header
+                cost += self.llm.count_tokens(f"DATE: {turn.date_time}\nCONVERSATION:\n") + 1
+            if used + cost > budget_tokens:
+                break
+            used += cost
+            sessions_seen.add(turn.session)
+            kept.append(i)
+        kept.reverse()
+        lines = []
+        session = None
+        for i in kept:
+            t = self.turns[i]
+            if t.session != session:
+                session = t.session
+                lines.append(f"\nDATE: {t.date_time}\nCONVERSATION:")
+            lines.append(render_turn(t, self.style))
+        context = self.header + "\n".join(lines).strip() if kept else ""
+        return Recall(context, [self.turns[i].dia_id for i in kept], {"n_turns_kept": len(kept)})
+
+    def memory_settings(self) -> dict:
+        return {"style": self.style}

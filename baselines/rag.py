@@ -1,0 +1,79 @@
+"""Dense RAG: top-k turns by cosine similarity to the question (the field's reference point).
+
+Each turn is embedded as `speaker: [Image: caption] text` (A-MEM's rendering); the question
+is embedded verbatim; the k best turns are printed in chronological order with their
+session dates, cut to the token budget (lowest-ranked first).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from scgmem.data.locomo import Conversation
+from scgmem.embedder import cosine_top_k
+from scgmem.memory import MemoryMethod, Recall, dia_order, render_turn, render_turns_by_date
+
+
+class DenseRAG(MemoryMethod):
+    """Args:
+        k: turns retrieved per question (LoCoMo's RAG experiments use 5-50; A-MEM's default 10).
+    """
+
+    name = "rag"
+
+    def __init__(self, llm, embedder=None, k: int = 10) -> None:
+        super().__init__(llm, embedder)
+        if embedder is None:
+            raise ValueError("method=rag needs an embedder (embedder=minilm)")
+        if not isinstance(k, int) or k <= 0:
+            raise ValueError(f"method.k must be a positive int, got {k!r}")
+        self.k = k
+        self.turns = []
+        self.vectors = np.zeros((0, 0), dtype=np.float32)
+
+    def ingest(self, conversation: Conversation, rng: np.random.Generator) -> None:
+        self.turns = conversation.turns
+        self.vectors = self.embedder.encode([render_turn(t) for t in self.turns])  # (n_turns, dim)
+
+    def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
+        return self.recall_batch([question], budget_tokens=[budget_tokens], rngs=[rng])[0]
+
+    def recall_batch(self, questions, *, budget_tokens, rngs):
+        queries = self.embedder.encode(list(questions))  # (n_questions, dim)
+        out = []
+        for query, budget in zip(queries, budget_tokens):
+            ranked = [self.turns[i] for i in cosine_top_k(query, self.vectors, self.k)]
+            while ranked and self.llm.count_tokens(render_turns_by_date(sorted_turns(ranked))) > budget:
+                ranked.pop()  # drop the lowest-ranked turn first
+            kept = sorted_turns(ranked)
+            out.append(Recall(render_turns_by_date(kept), [t.dia_id for t in kept]))
+        return out
+
+    def memory_settings(self) -> dict:
+        return {"embedder": getattr(self.embedder, "name", None)}
+
+
+class LastTurns(MemoryMethod):
+    """The trivial method: the last k turns. Keeps the whole pipeline testable in seconds."""
+
+    name = "last_turns"
+
+    def __init__(self, llm, embedder=None, k: int = 20) -> None:
+        super().__init__(llm, embedder)
+        if not isinstance(k, int) or k <= 0:
+            raise ValueError(f"method.k must be a positive int, got {k!r}")
+        self.k = k
+        self.turns = []
+
+    def ingest(self, conversation: Conversation, rng: np.random.Generator) -> None:
+        self.turns = conversation.turns
+
+    def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
+        kept = list(self.turns[-self.k:])
+        while kept and self.llm.count_tokens(render_turns_by_date(kept)) > budget_tokens:
+            kept.pop(0)
+        return Recall(render_turns_by_date(kept), [t.dia_id for t in kept])
+
+
+def sorted_turns(turns):
+    """Turns in chronological order."""
+    return sorted(turns, key=lambda t: dia_order(t.dia_id))

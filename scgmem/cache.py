@@ -1,0 +1,64 @@
+"""On-disk cache of ingested memories, so sweeps over recall knobs never rebuild them.
+
+Layout: <cache_dir>/memory/<method>/<key>/<sample_id>.json, where key hashes exactly what
+changes the built memory: the method class and its `memory_settings()`, the model (name,
+weights source, dtype), the seed, and the conversation's content (so `data.max_sessions`
+changes it). Files are JSON (never pickle) and written atomically; an unreadable file is
+rebuilt, not trusted.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+from scgmem.data.locomo import Conversation
+from scgmem.records import write_json_atomic
+
+log = logging.getLogger(__name__)
+
+CACHE_FORMAT = 1  # bump when the layout of a cached state changes
+
+
+def conversation_fingerprint(conv: Conversation) -> str:
+    payload = [(t.dia_id, t.speaker, t.text, t.caption, t.date_time) for t in conv.turns]
+    return hashlib.sha256(json.dumps(payload, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def memory_key(method, llm, seed: int, conv: Conversation) -> str:
+    spec = {
+        "format": CACHE_FORMAT,
+        "method": f"{type(method).__module__}.{type(method).__qualname__}",
+        "settings": method.memory_settings(),
+        "model": [getattr(llm, "name", None), getattr(llm, "source", None), str(getattr(llm.model, "dtype", ""))
+                  if hasattr(llm, "model") else None],
+        "seed": seed,
+        "conversation": conversation_fingerprint(conv),
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+class MemoryCache:
+    def __init__(self, root: Path, enabled: bool = True) -> None:
+        self.root = Path(root) / "memory"
+        self.enabled = enabled
+
+    def path(self, method, key: str, sample_id: str) -> Path:
+        return self.root / method.name / key / f"{sample_id}.json"
+
+    def load(self, path: Path) -> dict | None:
+        if not self.enabled or not path.is_file():
+            return None
+        try:
+            entry = json.loads(path.read_text(encoding="utf-8"))
+            if entry.get("format") != CACHE_FORMAT or "state" not in entry:
+                raise ValueError("unknown format")
+            return entry
+        except (ValueError, OSError) as e:
+            log.warning("memory cache %s unreadable (%s): rebuilding it", path, e)
+            return None
+
+    def save(self, path: Path, entry: dict) -> None:
+        if self.enabled:
+            write_json_atomic(path, {"format": CACHE_FORMAT, **entry})

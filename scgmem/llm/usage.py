@@ -1,0 +1,45 @@
+"""Counting LLM calls and tokens per phase ("ingest", "answer", ...), for the run summary."""
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+
+
+class UsageMeter:
+    """Accumulates calls, prompt tokens and generated tokens under the current phase.
+
+    A *call* is one prompt sent to the model (a batch of 8 prompts counts 8 calls), so the
+    numbers are comparable between batched and unbatched runs.
+    """
+
+    def __init__(self) -> None:
+        self.phase = "other"
+        self._counts: dict[str, dict[str, int]] = defaultdict(
+            lambda: {"calls": 0, "prompt_tokens": 0, "generated_tokens": 0, "truncated_prompts": 0}
+        )
+
+    def add(self, prompt_tokens: int, generated_tokens: int, calls: int = 1, truncated: int = 0) -> None:
+        c = self._counts[self.phase]
+        c["calls"] += calls
+        c["prompt_tokens"] += prompt_tokens
+        c["generated_tokens"] += generated_tokens
+        c["truncated_prompts"] += truncated
+
+    @contextlib.contextmanager
+    def under(self, phase: str):
+        """Count everything inside the block under `phase`; restores the previous phase after."""
+        previous, self.phase = self.phase, phase
+        try:
+            yield self
+        finally:
+            self.phase = previous
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        return {phase: dict(c) for phase, c in self._counts.items()}
+
+    def merge(self, other: dict[str, dict[str, int]]) -> None:
+        """Add counts from a snapshot (e.g. the usage recorded when a cached memory was built)."""
+        for phase, c in other.items():
+            mine = self._counts[phase]
+            for key, value in c.items():
+                mine[key] = mine.get(key, 0) + int(value)

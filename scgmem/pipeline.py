@@ -1,0 +1,206 @@
+"""One evaluation run: ingest each conversation, recall and answer each scored question, score.
+
+The flow (ARCHITECTURE.md)::
+
+    for conversation: method.ingest (or load from the memory cache) -> memory/<sample_id>.json
+        for chunk of questions: method.recall_batch -> protocol prompt -> llm.generate -> scores
+            -> predictions.jsonl (appended, fsynced per chunk)
+    -> summary.json
+
+Questions are processed in fixed chunks of `answer_batch_size` taken from the full list
+of a conversation's scored questions, and each question's randomness derives from
+(seed, sample_id, qa_index); so a rerun after a crash recomputes exactly the records
+that are missing, with the same values an uninterrupted run would have written.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from scgmem.cache import MemoryCache, memory_key
+from scgmem.data.locomo import Conversation, scored_questions
+from scgmem.memory import MemoryMethod
+from scgmem.metrics import evidence_recall
+from scgmem.records import PredictionWriter, read_predictions, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+# Purposes of derived random streams, so that recall and prompt randomness never share one.
+RECALL, PROMPT, SAMPLING, INGEST = 0, 1, 2, 3
+
+
+def derive_seed(seed: int, sample_id: str, qa_index: int, purpose: int) -> int:
+    """A 63-bit seed from (seed, sample_id, qa_index, purpose), independent of run order."""
+    seq = np.random.SeedSequence([seed, zlib.crc32(sample_id.encode()), qa_index + 1, purpose])
+    return int(seq.generate_state(1, dtype=np.uint64)[0]) % (2**63)
+
+
+def rng_for(seed: int, sample_id: str, qa_index: int, purpose: int) -> np.random.Generator:
+    return np.random.default_rng(derive_seed(seed, sample_id, qa_index, purpose))
+
+
+@dataclass
+class RunState:
+    """What the summary needs beyond the predictions themselves."""
+
+    ingest_s: float = 0.0
+    answer_s: float = 0.0
+    cache_hits: int = 0
+    ingest_usage: dict = field(default_factory=dict)
+    method_stats: dict = field(default_factory=dict)  # sample_id -> stats()
+    ingest_stats: dict = field(default_factory=dict)  # sample_id -> stats() right after ingest
+    schemas: dict = field(default_factory=dict)  # sample_id -> set of concepts (methods with keys)
+
+
+def _merge_usage(total: dict, part: dict) -> None:
+    for phase, counts in part.items():
+        mine = total.setdefault(phase, {})
+        for k, v in counts.items():
+            mine[k] = mine.get(k, 0) + v
+
+
+class Pipeline:
+    """Args:
+        llm, embedder, protocol: instantiated components.
+        method_factory: `() -> MemoryMethod`, one fresh object per conversation.
+        run_dir: where predictions.jsonl, memory/ and summary.json go.
+        cache: the memory cache.
+        seed, answer_batch_size, answer_margin_tokens, questions_per_category, progress: see config.yaml.
+    """
+
+    def __init__(self, *, llm, embedder, protocol, method_factory, run_dir: Path, cache: MemoryCache,
+                 seed: int, answer_batch_size: int = 8, answer_margin_tokens: int = 16,
+                 questions_per_category: int | None = None, progress: bool = True) -> None:
+        if answer_batch_size <= 0:
+            raise ValueError(f"run.answer_batch_size must be positive, got {answer_batch_size}")
+        self.llm, self.embedder, self.protocol = llm, embedder, protocol
+        self.method_factory = method_factory
+        self.run_dir = Path(run_dir)
+        self.cache = cache
+        self.seed = seed
+        self.answer_batch_size = answer_batch_size
+        self.answer_margin_tokens = answer_margin_tokens
+        self.questions_per_category = questions_per_category
+        self.progress = progress
+        self.state = RunState()
+
+    # ------------------------------------------------------------------ ingestion
+    def build_memory(self, conv: Conversation):
+        """A method object holding the memory of `conv`: from the cache, or ingested now."""
+        method = self.method_factory()
+        cacheable = type(method).state_dict is not MemoryMethod.state_dict
+        path = self.cache.path(method, memory_key(method, self.llm, self.seed, conv), conv.sample_id) \
+            if cacheable else None
+        entry = self.cache.load(path) if path else None
+        if entry is not None:
+            method.load_state_dict(entry["state"])
+            self.state.cache_hits += 1
+            log.info("%s: memory of %s loaded from %s", method.name, conv.sample_id, path)
+        else:
+            before = self.llm.usage.snapshot().get("ingest", {})
+            start = time.perf_counter()
+            with self.llm.usage.under("ingest"):
+                method.ingest(conv, rng_for(self.seed, conv.sample_id, -1, INGEST))
+            elapsed = time.perf_counter() - start
+            after = self.llm.usage.snapshot().get("ingest", {})
+            usage = {"ingest": {k: after.get(k, 0) - before.get(k, 0) for k in after}}
+            entry = {"ingest_s": elapsed, "usage": usage, "stats": method.stats(),
+                     "settings": method.memory_settings()}
+            if path:
+                self.cache.save(path, {**entry, "state": method.state_dict()})
+        # Counted whether built now or earlier: the memory's cost is part of the run's cost.
+        self.state.ingest_s += entry["ingest_s"]
+        _merge_usage(self.state.ingest_usage, entry["usage"])
+        self.state.ingest_stats[conv.sample_id] = entry["stats"]
+        exported = method.export()
+        if exported is not None:
+            write_json_atomic(self.run_dir / "memory" / f"{conv.sample_id}.json", exported)
+            if "concepts" in exported:
+                self.state.schemas[conv.sample_id] = set(exported["concepts"])
+        return method
+
+    # ------------------------------------------------------------------ answering
+    def run(self, conversations: list[Conversation]) -> list[dict]:
+        pred_path = self.run_dir / "predictions.jsonl"
+        done_records = read_predictions(pred_path)
+        done = {(r["sample_id"], r["qa_index"]) for r in done_records}
+        if done:
+            log.info("resuming: %d predictions already in %s", len(done), pred_path)
+        writer = PredictionWriter(pred_path)
+        records = list(done_records)
+        plan = [(c, scored_questions(c, self.protocol.categories, self.questions_per_category)) for c in conversations]
+        total = sum(len(qs) for _, qs in plan)
+        bar = tqdm(total=total, initial=len(done), desc="questions", disable=not self.progress)
+        try:
+            for conv, questions in plan:
+                method = self.build_memory(conv)
+                for start in range(0, len(questions), self.answer_batch_size):
+                    chunk = questions[start:start + self.answer_batch_size]
+                    if all((q.sample_id, q.index) in done for q in chunk):
+                        continue
+                    t0 = time.perf_counter()
+                    new = [r for r in self.answer_chunk(method, chunk) if (r["sample_id"], r["qa_index"]) not in done]
+                    self.state.answer_s += time.perf_counter() - t0
+                    writer.write(new)
+                    records.extend(new)
+                    bar.update(len(new))
+                self.state.method_stats[conv.sample_id] = method.stats()
+        finally:
+            writer.close()
+            bar.close()
+        return records
+
+    def answer_chunk(self, method, chunk) -> list[dict]:
+        """Recall, prompt, generate and score one fixed chunk of questions (same result on every rerun)."""
+        prompt_rngs = [rng_for(self.seed, q.sample_id, q.index, PROMPT) for q in chunk]
+        # The budget is the window minus the prompt without context, the answer, and a margin.
+        empty = [self.protocol.build_prompt(q, "", rng_for(self.seed, q.sample_id, q.index, PROMPT)) for q in chunk]
+        budgets = [self.llm.context_window - self.llm.count_tokens(self.llm.render(p.messages))
+                   - p.max_new_tokens - self.answer_margin_tokens for p in empty]
+        t0 = time.perf_counter()
+        with self.llm.usage.under("recall"):
+            recalls = method.recall_batch([q.question for q in chunk], budget_tokens=budgets,
+                                          rngs=[rng_for(self.seed, q.sample_id, q.index, RECALL) for q in chunk])
+        recall_s = (time.perf_counter() - t0) / len(chunk)
+        prompts = [self.protocol.build_prompt(q, r.context, rng) for q, r, rng in zip(chunk, recalls, prompt_rngs)]
+        rendered = [self.llm.render(p.messages) for p in prompts]
+        answers: list[str] = [""] * len(chunk)
+        latency = [recall_s] * len(chunk)
+        prompt_tokens = [0] * len(chunk)
+        # One generate call per (temperature, max_new_tokens) group: category 5 samples colder.
+        groups: dict[tuple, list[int]] = {}
+        for i, p in enumerate(prompts):
+            groups.setdefault((p.temperature, p.max_new_tokens), []).append(i)
+        for (temperature, max_new), idx in groups.items():
+            t1 = time.perf_counter()
+            with self.llm.usage.under("answer"):
+                gens = self.llm.generate(
+                    [rendered[i] for i in idx], max_new_tokens=max_new, temperature=temperature,
+                    seeds=[derive_seed(self.seed, chunk[i].sample_id, chunk[i].index, SAMPLING) for i in idx])
+            share = (time.perf_counter() - t1) / len(idx)
+            for i, g in zip(idx, gens):
+                answers[i] = g[0].text
+                prompt_tokens[i] = g[0].n_prompt_tokens
+                latency[i] += share
+        records = []
+        for q, r, p, answer, lat, ptoks in zip(chunk, recalls, prompts, answers, latency, prompt_tokens):
+            scores = self.protocol.score(q, answer, options=p.options)
+            record = {
+                "sample_id": q.sample_id, "qa_index": q.index, "category": q.category,
+                "question": q.question, "reference": self.protocol.reference(q), "prediction": answer,
+                "f1": scores["f1"], "bleu1": scores["bleu1"],
+                "evidence": list(q.evidence), "retrieved": list(r.dia_ids),
+                "evidence_recall": evidence_recall(q.evidence, r.dia_ids),
+                "latency_s": round(lat, 4), "prompt_tokens": ptoks,
+            }
+            if p.options is not None:
+                record["options"] = p.options
+            record.update(r.extras)
+            records.append(record)
+        return records

@@ -1,0 +1,147 @@
+"""`scgmem-run`: the Hydra app (same as `python -m scgmem.run`).
+
+    scgmem-run                                   # SCG-Mem, SmolLM2-135M, all of LoCoMo
+    scgmem-run method=full_context data.samples=[conv-26] data.questions_per_category=2
+    scgmem-run -m method.k=5,10,20 hops=...      # sweeps (memory is built once and cached)
+
+Bad input (data, overrides, missing model files) exits with code 2 and one line on stderr
+naming the file/field/value and the fix; HYDRA_FULL_ERROR=1 or SCGMEM_DEBUG=1 shows the traceback.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from scgmem.cache import MemoryCache
+from scgmem.data.locomo import DataError, load_locomo, select
+from scgmem.llm.loading import ModelFilesMissing
+from scgmem.pipeline import Pipeline
+from scgmem.records import write_json_atomic
+from scgmem.rundir import RunDirMismatch, check_run_dir
+from scgmem.summary import build_summary
+
+log = logging.getLogger("scgmem.run")
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+USER_ERRORS = (DataError, ModelFilesMissing, RunDirMismatch, ValueError, TypeError)
+
+
+class UsageError(ValueError):
+    """A bad override or config value; str(e) is the one line shown to the user."""
+
+
+def _debug() -> bool:
+    return os.environ.get("HYDRA_FULL_ERROR") == "1" or os.environ.get("SCGMEM_DEBUG") == "1"
+
+
+def _fail(message: str, run_dir: Path | None = None, fresh: bool = False) -> None:
+    """Print one line and exit 2; remove the run dir if this run created it and wrote nothing else."""
+    if run_dir is not None and fresh:
+        for name in (".hydra", "run.log", "scgmem.log"):
+            target = run_dir / name
+            if target.is_dir():
+                shutil.rmtree(target, ignore_errors=True)
+            elif target.exists():
+                target.unlink()
+        try:
+            run_dir.rmdir()
+        except OSError:
+            pass
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _instantiate(node, what: str, **kwargs):
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as e:
+        cause = e.__cause__ or e
+        if _debug() or not isinstance(cause, USER_ERRORS):
+            raise
+        raise UsageError(f"{what}: {cause}") from None
+
+
+def evaluate(cfg: DictConfig) -> dict:
+    """Run one configuration end to end; returns the summary (also written to summary.json)."""
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    choices = HydraConfig.get().runtime.choices
+    conversations, load_report = load_locomo(cfg.data.path)
+    conversations = select(conversations, cfg.data.samples, cfg.data.max_sessions, source=str(cfg.data.path))
+    names = {int(k): str(v) for k, v in cfg.data.categories.items()}
+    unknown = [c for c in cfg.data.scored_categories if int(c) not in names]
+    if unknown:
+        raise UsageError(f"data.scored_categories: {unknown} not in data.categories {sorted(names)}")
+    categories = {int(c): names[int(c)] for c in cfg.data.scored_categories}
+    qpc = cfg.data.questions_per_category
+    if qpc is not None and (not isinstance(qpc, int) or qpc <= 0):
+        raise UsageError(f"data.questions_per_category must be a positive int, got {qpc!r}")
+    check_run_dir(run_dir, cfg)
+
+    protocol = _instantiate(cfg.protocol, "protocol", categories=categories)
+    start = time.perf_counter()
+    llm = _instantiate(cfg.model, f"model={choices.get('model')}")
+    load_s = time.perf_counter() - start
+    embedder = _instantiate(cfg.embedder, f"embedder={choices.get('embedder')}")
+    method_name = choices.get("method") or "method"
+    _instantiate(cfg.method, f"method={method_name}", llm=llm, embedder=embedder)  # fail fast on bad values
+    pipeline = Pipeline(
+        llm=llm, embedder=embedder, protocol=protocol,
+        method_factory=lambda: instantiate(cfg.method, llm=llm, embedder=embedder),
+        run_dir=run_dir, cache=MemoryCache(Path(cfg.run.cache_dir), cfg.run.use_memory_cache), seed=cfg.seed,
+        answer_batch_size=cfg.run.answer_batch_size, answer_margin_tokens=cfg.run.answer_margin_tokens,
+        questions_per_category=qpc, progress=cfg.run.progress,
+    )
+    records = pipeline.run(conversations)
+    summary = build_summary(
+        records=records, state=pipeline.state, method_name=method_name, model_name=llm.name, protocol=protocol,
+        categories=categories, seed=cfg.seed,
+        data_info={"path": str(cfg.data.path), "samples": [c.sample_id for c in conversations],
+                   "max_sessions": cfg.data.max_sessions, "questions_per_category": qpc,
+                   "load_report": load_report.as_dict()},
+        llm_usage=llm.usage.snapshot(), config=OmegaConf.to_container(cfg, resolve=True),
+    )
+    summary["timing"]["model_load_s"] = round(load_s, 3)
+    write_json_atomic(run_dir / "summary.json", summary)
+    logger = instantiate(cfg.logger)
+    logger.log_run(OmegaConf.to_container(cfg, resolve=True), summary, run_dir)
+    avg = summary["average"]
+    log.info("%s on %s: %d questions, average F1 %.2f BLEU-1 %.2f -> %s", method_name, llm.name,
+             summary["n_questions"], avg["f1"] or 0.0, avg["bleu1"] or 0.0, run_dir / "summary.json")
+    return summary
+
+
+@hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
+def task(cfg: DictConfig):
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    fresh = not (run_dir / "predictions.jsonl").exists()
+    try:
+        summary = evaluate(cfg)
+    except (UsageError, DataError, ModelFilesMissing, RunDirMismatch) as e:
+        if _debug():
+            raise
+        _fail(str(e), run_dir, fresh and not (run_dir / "predictions.jsonl").exists())
+    return summary["average"]["f1"]
+
+
+def main() -> None:
+    from scgmem.cli_checks import check_overrides
+
+    problem = check_overrides(sys.argv[1:], CONFIG_DIR)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
+    task()
+
+
+if __name__ == "__main__":
+    main()

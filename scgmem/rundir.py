@@ -1,0 +1,53 @@
+"""A run directory holds the results of exactly one configuration.
+
+`run.json` records the resolved config that produced the directory's predictions (minus
+knobs that do not change a number: progress bars, the logger, cache location). A rerun
+with the same config resumes; a different config is refused, never mixed.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from scgmem.records import write_json_atomic
+
+# Settings that never change a prediction, so a resumed run may differ in them.
+IGNORED = {("run", "progress"), ("run", "cache_dir"), ("run", "use_memory_cache"), ("logger",)}
+
+
+class RunDirMismatch(RuntimeError):
+    """The run directory holds results of a different configuration."""
+
+
+def _flatten(obj, prefix=()) -> dict:
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            key = (*prefix, str(k))
+            if any(key[: len(i)] == i for i in IGNORED):
+                continue
+            out.update(_flatten(v, key))
+        return out
+    return {".".join(prefix): obj}
+
+
+def check_run_dir(run_dir: Path, cfg: DictConfig) -> None:
+    """Refuse a directory whose predictions come from another config; record ours otherwise."""
+    current = _flatten(OmegaConf.to_container(cfg, resolve=True))
+    path = run_dir / "run.json"
+    if path.is_file():
+        try:
+            previous = json.loads(path.read_text())["config"]
+        except (ValueError, KeyError):
+            previous = None
+        if previous is not None and previous != current:
+            diffs = [f"{k}: {previous.get(k)!r} -> {current.get(k)!r}"
+                     for k in sorted(set(previous) | set(current)) if previous.get(k) != current.get(k)]
+            raise RunDirMismatch(f"{run_dir} holds results of a different configuration ({'; '.join(diffs[:3])}"
+                                 f"{' ...' if len(diffs) > 3 else ''}); use another hydra.run.dir")
+    elif (run_dir / "predictions.jsonl").is_file():
+        raise RunDirMismatch(f"{run_dir} holds predictions.jsonl but no run.json: cannot tell its configuration; "
+                             "use another hydra.run.dir")
+    write_json_atomic(path, {"config": current})

@@ -1,0 +1,78 @@
+"""summary.json: per-category and average scores, costs, and every setting that changes a number."""
+from __future__ import annotations
+
+import platform
+from importlib import metadata
+
+from scgmem.metrics import aggregate
+from scgmem.pipeline import RunState
+
+
+def _versions() -> dict:
+    out = {"python": platform.python_version()}
+    for pkg in ("torch", "transformers", "sentence-transformers", "nltk", "scgmem"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def hallucination_counts(records: list[dict], state: RunState) -> tuple[int, int] | None:
+    """(keys outside the schema, keys generated) over ingestion and recall, or None without keys.
+
+    Ingestion counts come from the method's stats right after ingest (cached with the memory);
+    recall counts are recomputed from each record's generated keys against the exported
+    schema, so they survive a resume.
+    """
+    generated = outside = 0
+    has_keys = False
+    for stats in state.ingest_stats.values():
+        if "keys_generated" in stats:
+            has_keys = True
+            generated += int(stats["keys_generated"])
+            outside += int(stats.get("keys_outside_schema", 0))
+    for r in records:
+        keys = r.get("generated_keys", r.get("seed_keys"))
+        if keys is None:
+            continue
+        has_keys = True
+        schema = state.schemas.get(r["sample_id"], set())
+        generated += len(keys)
+        outside += sum(1 for k in keys if k not in schema)
+    return (outside, generated) if has_keys else None
+
+
+def build_summary(*, records, state: RunState, method_name: str, model_name: str, protocol, categories,
+                  seed: int, data_info: dict, llm_usage: dict, config: dict) -> dict:
+    scores = aggregate(records, categories)
+    counts = hallucination_counts(records, state)
+    deviations: dict[str, int] = {}
+    for stats in list(state.ingest_stats.values()) + list(state.method_stats.values()):
+        for kind, n in (stats.get("deviations") or {}).items():
+            deviations[kind] = deviations.get(kind, 0) + int(n)
+    # Ingest usage comes from the cache entry when the memory was reused; recall/answer from this run.
+    tokens = {"ingest": state.ingest_usage.get("ingest", {}), **{k: v for k, v in llm_usage.items() if k != "ingest"}}
+    n = len(records)
+    return {
+        "method": method_name,
+        "model": model_name,
+        "protocol": protocol.name,
+        "n_questions": n,
+        "categories": scores["categories"],
+        "average": scores["average"],
+        "structural_hallucination_rate": (counts[0] / counts[1] if counts and counts[1] else (0.0 if counts else None)),
+        "structural_hallucination_counts": ({"outside_schema": counts[0], "generated": counts[1]} if counts else None),
+        "timing": {"ingest_s": round(state.ingest_s, 3), "answer_s": round(state.answer_s, 3),
+                   "answer_s_per_question": round(state.answer_s / n, 4) if n else None,
+                   "memory_cache_hits": state.cache_hits},
+        "tokens": tokens,
+        "deviations": deviations,
+        "method_stats": {"ingest": state.ingest_stats, "final": state.method_stats},
+        "protocol_settings": protocol.settings(),
+        "category_mapping": {str(k): v for k, v in categories.items()},
+        "seed": seed,
+        "data": data_info,
+        "versions": _versions(),
+        "config": config,
+    }
