@@ -47,7 +47,7 @@ def _debug() -> bool:
 def _fail(message: str, run_dir: Path | None = None, fresh: bool = False) -> None:
     """Print one line and exit 2; remove the run dir if this run created it and wrote nothing else."""
     if run_dir is not None and fresh:
-        for name in (".hydra", "run.log", "scgmem.log"):
+        for name in (".hydra", "run.log", "run.json"):
             target = run_dir / name
             if target.is_dir():
                 shutil.rmtree(target, ignore_errors=True)
