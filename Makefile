@@ -14,7 +14,7 @@ OUT     ?= results/runs
 
 .DEFAULT_GOAL := help
 .PHONY: help install data prepare-model run test test-slow bench bench-full clean \
-        reproduce-table1 reproduce-table2 reproduce-fig3 reproduce-fig4 report figures
+        reproduce-table1 reproduce-table2 reproduce-fig3 reproduce-fig4 report
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -66,6 +66,9 @@ reproduce-fig3: ## Figure 3: k in 5..50, then the figure
 reproduce-fig4: ## Figure 4: hops 0, 1, 2, then the figure
 	$(RUN) -m +experiment=fig4 $(if $(filter command line,$(origin MODELS)),model=$(MODELS)) $(SLICE)
 	$(BIN)/scgmem-report fig4
+
+report: ## every experiment's tables and figures from the newest sweeps (results/tables, results/figures)
+	$(BIN)/scgmem-report all
 
 clean: ## remove run outputs and caches (keeps the venv and the data)
 	rm -rf outputs multirun .cache/memory results/runs

@@ -9,6 +9,7 @@ naming the file/field/value and the fix; HYDRA_FULL_ERROR=1 or SCGMEM_DEBUG=1 sh
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -25,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from scgmem.cache import MemoryCache
 from scgmem.data.locomo import DataError, load_locomo, select
 from scgmem.llm.loading import ModelFilesMissing
+from scgmem.llm.usage import UsageMeter
 from scgmem.pipeline import Pipeline
 from scgmem.records import write_json_atomic
 from scgmem.rundir import RunDirMismatch, check_run_dir
@@ -71,6 +73,18 @@ def _instantiate(node, what: str, **kwargs):
         raise UsageError(f"{what}: {cause}") from None
 
 
+# Models loaded by earlier jobs of this process: a Hydra multirun (basic launcher) runs its
+# jobs one after another in one process, and a k-sweep should not reload the same weights.
+_LOADED: dict[str, tuple[str, object]] = {}
+
+
+def _shared(slot: str, node, what: str):
+    key = json.dumps(OmegaConf.to_container(node, resolve=True), sort_keys=True)
+    if _LOADED.get(slot, (None,))[0] != key:  # keep one model and one embedder at most
+        _LOADED[slot] = (key, _instantiate(node, what))
+    return _LOADED[slot][1]
+
+
 def evaluate(cfg: DictConfig) -> dict:
     """Run one configuration end to end; returns the summary (also written to summary.json)."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -89,9 +103,10 @@ def evaluate(cfg: DictConfig) -> dict:
 
     protocol = _instantiate(cfg.protocol, "protocol", categories=categories)
     start = time.perf_counter()
-    llm = _instantiate(cfg.model, f"model={choices.get('model')}")
+    llm = _shared("model", cfg.model, f"model={choices.get('model')}")
+    llm.usage = UsageMeter()  # counts of this job only
     load_s = time.perf_counter() - start
-    embedder = _instantiate(cfg.embedder, f"embedder={choices.get('embedder')}")
+    embedder = _shared("embedder", cfg.embedder, f"embedder={choices.get('embedder')}")
     method_name = choices.get("method") or "method"
     _instantiate(cfg.method, f"method={method_name}", llm=llm, embedder=embedder)  # fail fast on bad values
     pipeline = Pipeline(

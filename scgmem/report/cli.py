@@ -1,0 +1,127 @@
+"""`scgmem-report`: the paper's tables and figures from finished runs.
+
+    scgmem-report table1                 # newest `-m +experiment=table1` sweep under results/runs/
+    scgmem-report table2 --runs results/runs/multirun/2026-12-02_11-00-00
+    scgmem-report fig3 --out results     # -> results/figures/fig3.{png,pdf,csv}
+    scgmem-report all                    # each experiment's newest sweep; skips those never run
+
+Tables go to <out>/tables/ (table1.md/.csv/.tex and table1_paired.csv), figures to
+<out>/figures/. `table1` also draws the cost-vs-F1 chart of its runs. Exit code 2 with one
+line on stderr when there is nothing to report (no runs, no paper CSV).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from scgmem.report import figures, tables
+from scgmem.report.collect import NoRunsError, collect, newest_sweep
+from scgmem.report.paper import PaperTable
+
+log = logging.getLogger("scgmem.report")
+
+EXPERIMENTS = ("table1", "table2", "fig3", "fig4")
+HELP = {"table1": "Table 1 beside the paper, CIs, paired bootstrap; and the cost-vs-F1 chart",
+        "table2": "Table 2 (SCG-Mem ablations) beside the paper",
+        "fig3": "Figure 3: F1 and BLEU-1 per category against k",
+        "fig4": "Figure 4: F1 and BLEU-1 per category by association hops",
+        "all": "all of the above, each from its experiment's newest sweep"}
+
+
+def _runs_dir(args, experiment: str) -> Path:
+    return Path(args.runs) if args.runs else newest_sweep(args.runs_root, experiment)
+
+
+def report(experiment: str, args) -> dict[str, list[Path]]:
+    """Make one experiment's outputs; returns {"tables": [...], "figures": [...]} paths."""
+    runs_dir = _runs_dir(args, experiment)
+    runs = collect(runs_dir)
+    out = Path(args.out)
+    made: dict[str, list[Path]] = {"tables": [], "figures": []}
+    data = [r.summary.get("data") or {} for r in runs]
+    slices = sorted({f"samples={d.get('samples')}, max_sessions={d.get('max_sessions')}, "
+                     f"questions_per_category={d.get('questions_per_category')}" for d in data})
+    note = f"Runs: {runs_dir} ({len(runs)} run directories). Data: {'; '.join(slices)}."
+    kw = {"n_resamples": args.n_resamples, "seed": args.seed}
+    if experiment in ("table1", "table2"):
+        paper = PaperTable(Path(args.paper) / f"{experiment}.csv", "method" if experiment == "table1" else "variant")
+        build = tables.build_table1 if experiment == "table1" else tables.build_table2
+        fallback = args.paper_model or ("llama3.2-1b" if experiment == "table1" else "qwen2.5-3b")
+        table = build(runs, paper, default_paper_model=None if fallback == "none" else fallback, **kw)
+        table.notes.append(note)
+        made["tables"] = tables.write_table(table, out / "tables")
+        if experiment == "table1":
+            made["figures"] = figures.cost_vs_f1(runs, out / "figures")
+    elif experiment == "fig3":
+        made["figures"] = figures.figure3(runs, out / "figures", **kw)
+    else:
+        made["figures"] = figures.figure4(runs, out / "figures", **kw)
+    if args.wandb:
+        _log_wandb(experiment, made, out)
+    return made
+
+
+def _log_wandb(experiment: str, made: dict[str, list[Path]], out: Path) -> None:
+    import csv
+
+    from scgmem.wandb_logger import WandbLogger
+
+    rows = {}
+    for path in made["tables"] + made["figures"]:
+        if path.suffix == ".csv":
+            with open(path, newline="", encoding="utf-8") as f:
+                rows[path.stem] = list(csv.DictReader(f))
+    images = [p for p in made["figures"] if p.suffix == ".png"]
+    WandbLogger().log_report(f"report/{experiment}", rows, images, out_dir=out)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="scgmem-report", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    for name in (*EXPERIMENTS, "all"):
+        s = sub.add_parser(name, help=HELP[name])
+        if name != "all":
+            s.add_argument("--runs", default=None,
+                           help="directory holding the runs (searched recursively for summary.json); default: "
+                                f"the newest `-m +experiment={name}` sweep under --runs-root")
+        s.add_argument("--runs-root", default="results/runs", help="where scgmem-run writes (default: %(default)s)")
+        s.add_argument("--out", default="results", help="tables go to OUT/tables, figures to OUT/figures "
+                                                        "(default: %(default)s)")
+        s.add_argument("--paper", default="results/paper", help="directory of the paper CSVs (default: %(default)s)")
+        s.add_argument("--paper-model", default=None,
+                       help="paper model beside a model the paper did not run (default: llama3.2-1b for table1, "
+                            "qwen2.5-3b for table2; 'none' for no paper column)")
+        s.add_argument("--n-resamples", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
+        s.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
+        s.add_argument("--wandb", action="store_true",
+                       help="also log the tables and figures to wandb (offline unless WANDB_MODE says otherwise)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    experiments = EXPERIMENTS if args.command == "all" else (args.command,)
+    if args.command == "all":
+        args.runs = None
+    status = 0
+    for experiment in experiments:
+        try:
+            made = report(experiment, args)
+        except (NoRunsError, FileNotFoundError, ValueError) as e:
+            if args.command == "all" and isinstance(e, NoRunsError):
+                print(f"{experiment}: skipped ({e})", file=sys.stderr)
+                continue
+            print(f"error: {experiment}: {e}", file=sys.stderr)
+            status = 2
+            continue
+        for path in made["tables"] + made["figures"]:
+            print(path)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

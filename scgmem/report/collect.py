@@ -1,0 +1,163 @@
+"""Find and load finished runs: `summary.json` + `predictions.jsonl` + `.hydra/config.yaml`.
+
+A run directory is any directory holding a `summary.json` (ARCHITECTURE.md, "Files in the run
+directory"). `scgmem-run -m` writes one per job under
+`results/runs/multirun/<time>/<model>/<method>/<override_dirname>/` and a `multirun.yaml` at
+`results/runs/multirun/<time>/`; `newest_sweep` picks the newest such directory launched with a
+given `+experiment=<name>`.
+
+    >>> runs = collect("results/runs/multirun/2026-12-02_11-00-00")   # doctest: +SKIP
+    >>> runs[0].model, runs[0].method, runs[0].setting("k")           # doctest: +SKIP
+    ('smollm2-135m', 'scgmem', 35)
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+log = logging.getLogger(__name__)
+
+SUMMARY = "summary.json"
+PREDICTIONS = "predictions.jsonl"
+
+
+class NoRunsError(FileNotFoundError):
+    """No finished run (summary.json) where one was expected; str(e) names the place."""
+
+
+@dataclass
+class Run:
+    """One finished run. `records` (the per-question predictions) are read on first use."""
+
+    run_dir: Path
+    summary: dict
+    config: dict = field(default_factory=dict)
+    overrides: list[str] = field(default_factory=list)
+
+    @property
+    def model(self) -> str:
+        return str(self.summary["model"])
+
+    @property
+    def method(self) -> str:
+        return str(self.summary["method"])
+
+    @property
+    def categories(self) -> list[str]:
+        """Category column names in the summary's order, e.g. ["multi_hop", ..., "adversarial"]."""
+        return list(self.summary["categories"])
+
+    @property
+    def category_mapping(self) -> dict[int, str]:
+        """LoCoMo category number -> column name, as the run scored them."""
+        mapping = self.summary.get("category_mapping") or {}
+        return {int(k): str(v) for k, v in mapping.items()}
+
+    def setting(self, key: str, default=None):
+        """A method setting from the resolved config (e.g. "k", "hops", "constraint")."""
+        return (self.config.get("method") or {}).get(key, default)
+
+    @cached_property
+    def records(self) -> list[dict]:
+        path = self.run_dir / PREDICTIONS
+        if not path.is_file():
+            raise NoRunsError(f"{path}: missing; the report needs the per-question records of every run")
+        out = []
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{n}: not a JSON line ({e.msg})") from None
+        return out
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Read one run directory. The config comes from `.hydra/config.yaml` (resolved where
+    possible), else from the copy inside summary.json."""
+    run_dir = Path(run_dir)
+    path = run_dir / SUMMARY
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise NoRunsError(f"{path}: no summary.json (is the run finished?)") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e.msg})") from None
+    for key in ("model", "method", "categories"):
+        if key not in summary:
+            raise ValueError(f"{path}: no {key!r} field; not a scgmem-run summary")
+    config = dict(summary.get("config") or {})
+    hydra_cfg = run_dir / ".hydra" / "config.yaml"
+    if hydra_cfg.is_file():
+        loaded = OmegaConf.load(hydra_cfg)
+        try:
+            config = OmegaConf.to_container(loaded, resolve=True)
+        except Exception:  # interpolations that need the Hydra runtime (${hydra:...}) or env
+            config = OmegaConf.to_container(loaded, resolve=False)
+    overrides_path = run_dir / ".hydra" / "overrides.yaml"
+    overrides = [str(o) for o in OmegaConf.load(overrides_path)] if overrides_path.is_file() else []
+    return Run(run_dir=run_dir, summary=summary, config=config, overrides=overrides)
+
+
+def find_run_dirs(root: str | Path) -> list[Path]:
+    """Every directory under `root` (or `root` itself) that holds a summary.json, sorted."""
+    root = Path(root)
+    if not root.exists():
+        raise NoRunsError(f"{root}: no such directory")
+    return sorted(p.parent for p in root.rglob(SUMMARY))
+
+
+def collect(root: str | Path) -> list[Run]:
+    """All runs under `root`. Raises NoRunsError if there is none."""
+    dirs = find_run_dirs(root)
+    if not dirs:
+        raise NoRunsError(f"{root}: no run directories (no summary.json below it)")
+    return [load_run(d) for d in dirs]
+
+
+def _sweep_experiment(sweep_dir: Path) -> str | None:
+    """The `+experiment=<name>` a sweep was launched with, from multirun.yaml or a job's overrides."""
+    candidates = []
+    multirun = sweep_dir / "multirun.yaml"
+    if multirun.is_file():
+        cfg = OmegaConf.load(multirun)
+        candidates = list(OmegaConf.select(cfg, "hydra.overrides.task", default=[]) or [])
+    else:
+        for overrides in sorted(sweep_dir.rglob(".hydra/overrides.yaml"))[:1]:
+            candidates = list(OmegaConf.load(overrides))
+    for item in candidates:
+        key, _, value = str(item).partition("=")
+        if key.lstrip("+~") == "experiment":
+            return value
+    return None
+
+
+def newest_sweep(runs_root: str | Path, experiment: str) -> Path:
+    """The newest `<runs_root>/multirun/<time>/` launched with `+experiment=<experiment>`
+    that holds at least one finished run. Sweep dir names are `%Y-%m-%d_%H-%M-%S`, so the
+    lexicographic maximum is the newest."""
+    base = Path(runs_root) / "multirun"
+    if not base.is_dir():
+        raise NoRunsError(f"{base}: no multirun directory; run `make reproduce-{experiment}` first "
+                          "or pass --runs <dir>")
+    for sweep in sorted((p for p in base.iterdir() if p.is_dir()), reverse=True):
+        if _sweep_experiment(sweep) == experiment and any(sweep.rglob(SUMMARY)):
+            return sweep
+    raise NoRunsError(f"{base}: no finished sweep of +experiment={experiment}; run "
+                      f"`make reproduce-{experiment}` first or pass --runs <dir>")
+
+
+def index_runs(runs: list[Run], key) -> dict:
+    """{key(run): run}; when two runs share a key the later directory wins (logged)."""
+    out: dict = {}
+    for run in sorted(runs, key=lambda r: str(r.run_dir)):
+        k = key(run)
+        if k in out:
+            log.warning("two runs for %s: %s and %s; using the latter", k, out[k].run_dir, run.run_dir)
+        out[k] = run
+    return out

@@ -1,0 +1,215 @@
+"""Figure 3 (scores vs k), Figure 4 (scores by association hops) and cost vs F1, from finished runs.
+
+Figure 3 and 4 of the paper (Section 4.4, hyperparameter analysis): one panel per category,
+F1 and BLEU-1 (percent) of SCG-Mem against the swept setting, with bootstrap 95% CIs over
+questions as error bars. The cost chart puts every run's average F1 against what it cost:
+LLM tokens per question (summary["tokens"], all phases, prompt + generated) and seconds per
+question (summary["timing"], ingest + answer; ingest counts even when the memory came from
+the cache, since it is the memory's cost).
+
+Plotting uses matplotlib's object API on an Agg canvas (no pyplot state, no display), and the
+`*_data` functions hold every plotted number so tests can check them without pixels.
+"""
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from scgmem.metrics import category_cis
+from scgmem.report.collect import Run, index_runs
+from scgmem.report.paper import CATEGORY_TITLES, EXTRA_TITLES, METHOD_TITLES, METRIC_TITLES, METRICS
+
+log = logging.getLogger(__name__)
+
+# The paper's optima (spec scgmem.md, "Constructive recall"), drawn as a guide.
+PAPER_OPTIMUM = {"k": 35, "hops": 1}
+COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray")
+
+
+def sweep_data(runs: list[Run], setting: str, *, n_resamples: int = 1000, seed: int = 0) -> dict:
+    """Scores of SCG-Mem runs against one method setting ("k" or "hops"), per model and category.
+
+    Returns {model: {category: {"x": [...], "f1": [...], "f1_ci": [(lo, hi) | None], "bleu1": [...],
+    "bleu1_ci": [...], "n": [...]}}}, x ascending. Runs of other methods, or without the
+    setting, are left out (logged).
+    """
+    kept = []
+    for run in runs:
+        if run.method != "scgmem" or run.setting(setting) is None:
+            log.warning("%s: no method.%s (method %s); left out of the %s sweep", run.run_dir, setting,
+                        run.method, setting)
+            continue
+        kept.append(run)
+    if not kept:
+        raise ValueError(f"no scgmem run with a method.{setting} setting among {len(runs)} runs")
+    out: dict = {}
+    for (model, x), run in sorted(index_runs(kept, lambda r: (r.model, int(r.setting(setting)))).items()):
+        mapping = run.category_mapping
+        cis = category_cis(run.records, mapping, n_resamples=n_resamples, seed=seed)
+        for cat in run.categories:
+            series = out.setdefault(model, {}).setdefault(cat, {"x": [], "n": [], **{m: [] for m in METRICS},
+                                                                **{f"{m}_ci": [] for m in METRICS}})
+            series["x"].append(x)
+            series["n"].append(run.summary["categories"][cat]["n"])
+            for metric in METRICS:
+                series[metric].append(run.summary["categories"][cat][metric])
+                ci = (cis.get(cat) or {}).get(metric)
+                series[f"{metric}_ci"].append(tuple(ci) if ci else None)
+    return out
+
+
+def cost_data(runs: list[Run]) -> list[dict]:
+    """Per run: model, method, average F1 and BLEU-1, tokens and seconds per question."""
+    out = []
+    for (model, method), run in index_runs(runs, lambda r: (r.model, r.method)).items():
+        n = run.summary.get("n_questions") or 0
+        if not n:
+            continue
+        tokens = sum(int(phase.get("prompt_tokens", 0)) + int(phase.get("generated_tokens", 0))
+                     for phase in (run.summary.get("tokens") or {}).values())
+        timing = run.summary.get("timing") or {}
+        seconds = float(timing.get("ingest_s") or 0.0) + float(timing.get("answer_s") or 0.0)
+        out.append({"model": model, "method": method, "f1": run.summary["average"]["f1"],
+                    "bleu1": run.summary["average"]["bleu1"], "tokens_per_question": tokens / n,
+                    "seconds_per_question": seconds / n, "n_questions": n})
+    return out
+
+
+def _save(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    FigureCanvasAgg(fig)
+    paths = [out_dir / f"{stem}.png", out_dir / f"{stem}.pdf"]
+    fig.savefig(paths[0], dpi=150, bbox_inches="tight")
+    # No creation date: the same runs give the same file (committed figures diff cleanly).
+    fig.savefig(paths[1], bbox_inches="tight", metadata={"CreationDate": None})
+    return paths
+
+
+def _write_csv(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["empty"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _errors(values: list[float | None], cis: list) -> list[list[float]]:
+    """matplotlib yerr (2, n): distances from the value down and up to the CI ends."""
+    low = [0.0 if v is None or ci is None else v - ci[0] for v, ci in zip(values, cis)]
+    high = [0.0 if v is None or ci is None else ci[1] - v for v, ci in zip(values, cis)]
+    return [low, high]
+
+
+def _color(model_index: int, metric_index: int, n_models: int) -> str:
+    """One colour per metric for one model; one colour per model (metric by line/hatch) for several."""
+    return COLORS[(metric_index if n_models == 1 else model_index) % len(COLORS)]
+
+
+def _panels(data: dict) -> tuple[Figure, list, list[str]]:
+    categories = list(dict.fromkeys(c for per_model in data.values() for c in per_model))
+    fig = Figure(figsize=(4.0 * len(categories), 3.4), layout="constrained")
+    axes = fig.subplots(1, len(categories), squeeze=False)[0]
+    return fig, list(axes), categories
+
+
+def _sweep_rows(data: dict, setting: str) -> list[dict]:
+    rows = []
+    for model, per_cat in data.items():
+        for cat, s in per_cat.items():
+            for i, x in enumerate(s["x"]):
+                row = {"model": model, "category": cat, setting: x, "n": s["n"][i]}
+                for m in METRICS:
+                    ci = s[f"{m}_ci"][i]
+                    row.update({m: s[m][i], f"{m}_ci_low": ci[0] if ci else None, f"{m}_ci_high": ci[1] if ci else None})
+                rows.append(row)
+    return rows
+
+
+def figure3(runs: list[Run], out_dir: str | Path, *, n_resamples: int = 1000, seed: int = 0) -> list[Path]:
+    """Figure 3: F1 and BLEU-1 against k, one panel per category. Writes fig3.png/.pdf/.csv."""
+    data = sweep_data(runs, "k", n_resamples=n_resamples, seed=seed)
+    fig, axes, categories = _panels(data)
+    for ax, cat in zip(axes, categories):
+        for i, (model, per_cat) in enumerate(data.items()):
+            s = per_cat.get(cat)
+            if s is None:
+                continue
+            for j, (metric, style) in enumerate(zip(METRICS, ("-o", "--s"))):
+                label = f"{METRIC_TITLES[metric]}" + (f" ({model})" if len(data) > 1 else "")
+                ax.errorbar(s["x"], s[metric], yerr=_errors(s[metric], s[f"{metric}_ci"]), fmt=style,
+                            color=_color(i, j, len(data)), capsize=2, markersize=4, label=label)
+        ax.axvline(PAPER_OPTIMUM["k"], color="0.6", linestyle=":", linewidth=1)
+        ax.set_title(CATEGORY_TITLES.get(cat, cat))
+        ax.set_xlabel("k (recalled concepts)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("score (%)")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"Figure 3: SCG-Mem vs k ({', '.join(data)}); dotted: the paper's optimum k = {PAPER_OPTIMUM['k']}",
+                 fontsize=9)
+    out_dir = Path(out_dir)
+    return _save(fig, out_dir, "fig3") + [_write_csv(out_dir / "fig3.csv", _sweep_rows(data, "k"))]
+
+
+def figure4(runs: list[Run], out_dir: str | Path, *, n_resamples: int = 1000, seed: int = 0) -> list[Path]:
+    """Figure 4: per-category bars of F1 and BLEU-1 by association hops. Writes fig4.png/.pdf/.csv."""
+    data = sweep_data(runs, "hops", n_resamples=n_resamples, seed=seed)
+    fig, axes, categories = _panels(data)
+    series = [(model, metric) for model in data for metric in METRICS]
+    width = 0.8 / len(series)
+    for ax, cat in zip(axes, categories):
+        hops_seen: set[int] = set()
+        for j, (model, metric) in enumerate(series):
+            s = data[model].get(cat)
+            if s is None:
+                continue
+            hops_seen.update(s["x"])
+            xs = [x - 0.4 + width * (j + 0.5) for x in s["x"]]
+            color = _color(j // len(METRICS), j % len(METRICS), len(data))
+            label = METRIC_TITLES[metric] + (f" ({model})" if len(data) > 1 else "")
+            ax.bar(xs, s[metric], width=width, yerr=_errors(s[metric], s[f"{metric}_ci"]), capsize=2, color=color,
+                   hatch="" if metric == "f1" else "//", label=label)
+        ax.set_xticks(sorted(hops_seen))
+        ax.set_title(CATEGORY_TITLES.get(cat, cat))
+        ax.set_xlabel("association hops")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("score (%)")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"Figure 4: SCG-Mem by hops ({', '.join(data)}); the paper's optimum: {PAPER_OPTIMUM['hops']} hop",
+                 fontsize=9)
+    out_dir = Path(out_dir)
+    return _save(fig, out_dir, "fig4") + [_write_csv(out_dir / "fig4.csv", _sweep_rows(data, "hops"))]
+
+
+def cost_vs_f1(runs: list[Run], out_dir: str | Path, stem: str = "cost_vs_f1") -> list[Path]:
+    """Average F1 against tokens and seconds per question, one point per (model, method)."""
+    rows = cost_data(runs)
+    if not rows:
+        raise ValueError("cost_vs_f1: no run with answered questions")
+    fig = Figure(figsize=(9.0, 3.6), layout="constrained")
+    axes = fig.subplots(1, 2)
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    markers = "osD^vP*X"
+    for ax, key, xlabel in ((axes[0], "tokens_per_question", "LLM tokens per question (ingest + recall + answer)"),
+                            (axes[1], "seconds_per_question", "seconds per question (ingest + answer)")):
+        for r in rows:
+            i = models.index(r["model"])
+            ax.scatter(r[key], r["f1"] or 0.0, marker=markers[i % len(markers)], color=COLORS[i % len(COLORS)],
+                       label=r["model"])
+            ax.annotate(METHOD_TITLES.get(r["method"]) or EXTRA_TITLES.get(r["method"], r["method"]).split(" (")[0], (r[key], r["f1"] or 0.0), fontsize=7,
+                        xytext=(3, 3), textcoords="offset points")
+        if all(r[key] > 0 for r in rows):
+            ax.set_xscale("log")
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("average F1 (%)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    axes[0].legend(unique.values(), unique.keys(), fontsize=7)
+    fig.suptitle("Cost vs F1 across methods", fontsize=9)
+    out_dir = Path(out_dir)
+    return _save(fig, out_dir, stem) + [_write_csv(out_dir / f"{stem}.csv", rows)]

@@ -1,0 +1,107 @@
+"""The paper's published numbers (results/paper/table1.csv, table2.csv) and the names the report prints.
+
+The CSVs hold exactly what was typed from a source (results/paper/README.md): a blank cell
+is a number we could not read from any source, never a guess. Two things are *computed*
+here and flagged wherever they are printed:
+
+- "derived" (†): an Average the source does not print (A-MEM reports a ranking, not an
+  average), computed as the paper defines it: the unweighted mean of the category values,
+  rounded half-up to two decimals (21.325 -> 21.33, the value quoted for A-MEM on Qwen2.5-3B;
+  results/paper/README.md).
+- "secondary" (‡): a number read from a secondary summary of the SCG-Mem paper, not from the
+  paper itself (source key `scgmem_secondary`).
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+METRICS = ("f1", "bleu1")
+METRIC_TITLES = {"f1": "F1", "bleu1": "BLEU-1"}
+CATEGORY_TITLES = {"multi_hop": "Multi-hop", "temporal": "Temporal", "open_domain": "Open-domain",
+                   "single_hop": "Single-hop", "adversarial": "Adversarial", "average": "Average"}
+# Table 1 rows in the paper's order; full_context is the paper's "LoCoMo" row.
+METHOD_TITLES = {"full_context": "LoCoMo", "readagent": "ReadAgent", "memorybank": "MemoryBank",
+                 "memgpt": "MemGPT", "amem": "A-MEM", "scgmem": "SCG-Mem"}
+# Methods of the harness that are not in the paper (shown below the paper's rows, never a "baseline").
+EXTRA_TITLES = {"rag": "Dense RAG (not in the paper)", "last_turns": "Last turns (not in the paper)"}
+BASELINES = ("full_context", "readagent", "memorybank", "memgpt", "amem")
+PAPER_MODELS = ("qwen2.5-1.5b", "qwen2.5-3b", "llama3.2-1b", "llama3.2-3b")
+# Table 2 rows: (method.constraint, method.evolution) -> variant.
+VARIANTS = {(True, True): "full", (False, True): "no_constraint", (True, False): "no_evolution",
+            (False, False): "no_both"}
+VARIANT_TITLES = {"full": "SCG-Mem (full)", "no_constraint": "w/o Cognitive Constraint",
+                  "no_evolution": "w/o Evolutionary Update", "no_both": "w/o both (not in the paper)"}
+FLAG_MARKS = {"": "", "derived": "†", "secondary": "‡"}
+SECONDARY_SOURCES = ("scgmem_secondary",)
+
+
+def column(category: str, metric: str) -> str:
+    """CSV column of a cell, e.g. ("multi_hop", "f1") -> "multi_hop_f1"."""
+    return f"{category}_{metric}"
+
+
+@dataclass(frozen=True)
+class PaperValue:
+    value: float
+    flag: str = ""  # "", "derived" or "secondary" (see the module docstring)
+
+
+class PaperTable:
+    """The rows of one paper CSV, keyed by (model, row key), with the average derived where absent.
+
+    Args:
+        path: results/paper/table1.csv (row key column `method`) or table2.csv (`variant`).
+        key: the name of the row key column.
+    """
+
+    def __init__(self, path: str | Path, key: str) -> None:
+        self.path = Path(path)
+        self.key = key
+        self.rows: dict[tuple[str, str], dict] = {}
+        if not self.path.is_file():
+            raise FileNotFoundError(f"{self.path}: the paper's numbers are missing (see results/paper/README.md)")
+        with open(self.path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            for field in ("model", key, "source"):
+                if field not in (reader.fieldnames or []):
+                    raise ValueError(f"{self.path}: no {field!r} column (columns: {reader.fieldnames})")
+            for n, row in enumerate(reader, 2):
+                ident = (row["model"], row[key])
+                if ident in self.rows:
+                    raise ValueError(f"{self.path}:{n}: second row for {ident}")
+                self.rows[ident] = row
+
+    @property
+    def models(self) -> list[str]:
+        return list(dict.fromkeys(m for m, _ in self.rows))
+
+    def has_model(self, model: str) -> bool:
+        return any(m == model for m, _ in self.rows)
+
+    def value(self, model: str, row_key: str, category: str, metric: str,
+              categories: list[str] | None = None) -> PaperValue | None:
+        """The paper's number for one cell, or None. `categories` (the table's columns) lets a
+        missing average be derived from them (flag "derived")."""
+        row = self.rows.get((model, row_key))
+        if row is None:
+            return None
+        flag = "secondary" if row["source"].startswith(SECONDARY_SOURCES) else ""
+        raw = (row.get(column(category, metric)) or "").strip()
+        if raw:
+            try:
+                return PaperValue(float(raw), flag)
+            except ValueError:
+                raise ValueError(f"{self.path}: {model}/{row_key} {column(category, metric)} = {raw!r} "
+                                 "is not a number") from None
+        if category == "average" and categories:
+            parts = [self.value(model, row_key, c, metric) for c in categories]
+            if parts and all(p is not None for p in parts):
+                # Rounded half-up to the paper's two decimals, as the paper prints (21.325 -> 21.33).
+                mean = float(Decimal(repr(math.fsum(p.value for p in parts) / len(parts)))
+                             .quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+                return PaperValue(mean, "secondary" if any(p.flag == "secondary" for p in parts) else "derived")
+        return None

@@ -1,0 +1,421 @@
+"""Table 1 and Table 2 of the paper from finished runs, the paper's numbers beside ours.
+
+Table 1 (paper Section 4.2): per model, one row per method, F1 and BLEU-1 per category and
+their unweighted average, plus the paper's "Improvement" row (SCG-Mem relative to the
+strongest baseline of each column, in percent). Table 2 (Section 4.3): SCG-Mem and its
+ablations. Every cell carries
+
+- ours: the run's summary value (percent);
+- a bootstrap 95% CI over the run's questions (`scgmem.metrics.category_cis`; for the
+  average, `average_ci`, which resamples within each category and averages the means);
+- the paper's value (results/paper/*.csv, flags in `scgmem.report.paper`) and ours - paper.
+
+Below each block, a paired bootstrap (`scgmem.metrics.paired_bootstrap`, questions matched
+by (sample_id, qa_index)): SCG-Mem against the strongest baseline of each category (Table 1)
+or the full model against each ablation (Table 2). Writers: Markdown, CSV, LaTeX.
+"""
+from __future__ import annotations
+
+import csv
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from scgmem.metrics import category_cis, paired_bootstrap
+from scgmem.report.collect import Run, index_runs
+from scgmem.report.paper import (BASELINES, CATEGORY_TITLES, EXTRA_TITLES, FLAG_MARKS, METHOD_TITLES, METRIC_TITLES, METRICS,
+                                 PAPER_MODELS, VARIANT_TITLES, VARIANTS, PaperTable, column)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Cell:
+    """One number of a table. `unit` is "" for scores (percent points) and "%" for the
+    Improvement row (relative change)."""
+
+    ours: float | None = None
+    ci: tuple[float, float] | None = None
+    paper: float | None = None
+    paper_flag: str = ""
+    unit: str = ""
+
+    @property
+    def diff(self) -> float | None:
+        return None if self.ours is None or self.paper is None else self.ours - self.paper
+
+
+@dataclass
+class Row:
+    key: str  # method name (Table 1) or variant (Table 2); "improvement" for that row
+    label: str
+    cells: dict[str, Cell] = field(default_factory=dict)  # column(category, metric) -> Cell
+    n: int | None = None
+    run_dir: str | None = None
+
+
+@dataclass
+class Block:
+    """All rows of one model, compared with the paper's rows of `paper_model`."""
+
+    model: str
+    paper_model: str | None
+    rows: list[Row] = field(default_factory=list)
+    paired: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Table:
+    name: str  # "table1" or "table2": the output file stem
+    title: str
+    categories: list[str]  # category columns; "average" is added after them
+    blocks: list[Block] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def column_groups(self) -> list[str]:
+        return [*self.categories, "average"]
+
+
+def average_ci(records: list[dict], categories: dict[int, str], key: str, n_resamples: int = 1000,
+               seed: int = 0, alpha: float = 0.05) -> tuple[float, float] | None:
+    """Percentile-bootstrap CI (percent) of the paper's Average: the unweighted mean of the
+    category means. Each resample draws every category's questions with replacement within
+    that category (so each category keeps its size), then averages the category means."""
+    groups = [np.array([100.0 * float(r[key]) for r in records if int(r["category"]) == c]) for c in categories]
+    groups = [g for g in groups if g.size]
+    if not groups:
+        return None
+    rng = np.random.default_rng(seed)
+    means = np.zeros(n_resamples)
+    for g in groups:
+        idx = rng.integers(0, g.size, size=(n_resamples, g.size))  # (n_resamples, n_category)
+        means += g[idx].mean(axis=1)
+    means /= len(groups)
+    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    return float(low), float(high)
+
+
+def _check_categories(runs: list[Run]) -> list[str]:
+    categories = runs[0].categories
+    for run in runs[1:]:
+        if run.categories != categories:
+            raise ValueError(f"runs score different categories: {runs[0].run_dir} has {categories}, "
+                             f"{run.run_dir} has {run.categories}; report them separately")
+    return categories
+
+
+def _our_row(run: Run, key: str, label: str, categories: list[str], n_resamples: int, seed: int) -> Row:
+    """Summary values and bootstrap CIs of one run."""
+    mapping = {num: name for num, name in run.category_mapping.items() if name in categories}
+    cis = category_cis(run.records, mapping, n_resamples=n_resamples, seed=seed)
+    row = Row(key=key, label=label, n=int(run.summary.get("n_questions", len(run.records))), run_dir=str(run.run_dir))
+    for cat in categories:
+        for metric in METRICS:
+            ci = cis.get(cat, {}).get(metric)
+            row.cells[column(cat, metric)] = Cell(ours=run.summary["categories"][cat][metric],
+                                                  ci=tuple(ci) if ci else None)
+    for metric in METRICS:
+        row.cells[column("average", metric)] = Cell(
+            ours=run.summary["average"][metric],
+            ci=average_ci(run.records, mapping, metric, n_resamples=n_resamples, seed=seed))
+    return row
+
+
+def _add_paper(row: Row, paper: PaperTable, paper_model: str | None, key: str, categories: list[str]) -> None:
+    if paper_model is None:
+        return
+    for cat in [*categories, "average"]:
+        for metric in METRICS:
+            value = paper.value(paper_model, key, cat, metric, categories)
+            cell = row.cells.setdefault(column(cat, metric), Cell())
+            if value is not None:
+                cell.paper, cell.paper_flag = value.value, value.flag
+
+
+def _paper_model(model: str, paper: PaperTable, fallback: str | None) -> str | None:
+    return model if paper.has_model(model) else fallback
+
+
+def _relative(new: float | None, best: float | None) -> float | None:
+    """100 * (new - best) / best: the paper's Improvement (e.g. 17.23 -> 42.51 is +146.7%)."""
+    if new is None or best is None or best <= 0:
+        return None
+    return 100.0 * (new - best) / best
+
+
+def _improvement(rows: dict[str, Row], categories: list[str]) -> Row | None:
+    """SCG-Mem relative to the strongest baseline of each column, ours and the paper's."""
+    scg = rows.get("scgmem")
+    if scg is None:
+        return None
+    out = Row(key="improvement", label="Improvement (%)")
+    for col in (column(c, m) for c in [*categories, "average"] for m in METRICS):
+        ours = [r.cells[col].ours for k, r in rows.items() if k in BASELINES and r.cells.get(col)]
+        paper = [r.cells[col].paper for k, r in rows.items() if k in BASELINES and r.cells.get(col)]
+        ours, paper = [v for v in ours if v is not None], [v for v in paper if v is not None]
+        out.cells[col] = Cell(ours=_relative(scg.cells[col].ours, max(ours, default=None)),
+                              paper=_relative(scg.cells[col].paper, max(paper, default=None)),
+                              paper_flag=scg.cells[col].paper_flag, unit="%")
+    return out
+
+
+def paired_rows(a: Run, b: Run, a_label: str, b_label: str, categories: list[str],
+                n_resamples: int = 1000, seed: int = 0) -> list[dict]:
+    """Paired bootstrap of run `a` against run `b` per category and metric, in percent points.
+
+    Questions are matched by (sample_id, qa_index); those in only one run are left out
+    (counted in `unmatched`). p_value is one-sided for "a scores higher than b"."""
+    a_by = {(r["sample_id"], r["qa_index"]): r for r in a.records}
+    b_by = {(r["sample_id"], r["qa_index"]): r for r in b.records}
+    shared = sorted(a_by.keys() & b_by.keys())
+    unmatched = len(a_by.keys() ^ b_by.keys())
+    mapping = {name: num for num, name in a.category_mapping.items()}
+    out = []
+    for cat in categories:
+        keys = [k for k in shared if int(a_by[k]["category"]) == mapping.get(cat)]
+        for metric in METRICS:
+            row = {"category": cat, "metric": metric, "a": a_label, "b": b_label, "n": len(keys),
+                   "unmatched": unmatched, "diff": None, "ci_low": None, "ci_high": None, "p_value": None}
+            if keys:
+                res = paired_bootstrap([100.0 * float(a_by[k][metric]) for k in keys],
+                                       [100.0 * float(b_by[k][metric]) for k in keys],
+                                       n_resamples=n_resamples, seed=seed)
+                row.update(res)
+            out.append(row)
+    return out
+
+
+def build_table1(runs: list[Run], paper: PaperTable, *, default_paper_model: str | None = "llama3.2-1b",
+                 n_resamples: int = 1000, seed: int = 0) -> Table:
+    """Table 1 from runs of any models and methods.
+
+    Args:
+        runs: finished runs (`scgmem.report.collect.collect`).
+        paper: results/paper/table1.csv.
+        default_paper_model: the paper model whose numbers stand beside a model the paper did not
+            run (e.g. the embedded SmolLM2-135M); None = none. Llama-3.2-1B is the paper's smallest.
+        n_resamples, seed: of every bootstrap.
+    """
+    categories = _check_categories(runs)
+    table = Table(name="table1", title="Table 1: F1 / BLEU-1 (%) per category on LoCoMo", categories=categories)
+    by_model: dict[str, dict[str, Run]] = {}
+    for (model, method), run in index_runs(runs, lambda r: (r.model, r.method)).items():
+        by_model.setdefault(model, {})[method] = run
+    order = [m for m in PAPER_MODELS if m in by_model] + sorted(m for m in by_model if m not in PAPER_MODELS)
+    for model in order:
+        methods = by_model[model]
+        block = Block(model=model, paper_model=_paper_model(model, paper, default_paper_model))
+        keys = [m for m in METHOD_TITLES if m in methods or (block.paper_model, m) in paper.rows]
+        keys += sorted(m for m in methods if m not in METHOD_TITLES)  # e.g. rag, last_turns
+        rows: dict[str, Row] = {}
+        for key in keys:
+            label = METHOD_TITLES.get(key) or EXTRA_TITLES.get(key, key)
+            run = methods.get(key)
+            rows[key] = (_our_row(run, key, label, categories, n_resamples, seed) if run else Row(key=key, label=label))
+            _add_paper(rows[key], paper, block.paper_model, key, categories)
+        block.rows = list(rows.values())
+        improvement = _improvement(rows, categories)
+        if improvement is not None:
+            block.rows.append(improvement)
+        block.paired = _paired_vs_strongest(methods, categories, n_resamples, seed)
+        table.blocks.append(block)
+    return table
+
+
+def _paired_vs_strongest(methods: dict[str, Run], categories: list[str], n_resamples: int, seed: int) -> list[dict]:
+    """SCG-Mem against the strongest baseline (highest mean) of each category and metric. The
+    candidates are the paper's baselines we ran, or, without any, every other method we ran;
+    a tie goes to the first in the paper's row order."""
+    scg = methods.get("scgmem")
+    candidates = {k: methods[k] for k in BASELINES if k in methods} or \
+        {k: methods[k] for k in sorted(methods) if k != "scgmem"}
+    if scg is None or not candidates:
+        return []
+    out = []
+    for cat in categories:
+        for metric in METRICS:
+            best = max(candidates, key=lambda k: candidates[k].summary["categories"][cat][metric] or 0.0)
+            rows = paired_rows(scg, candidates[best], "scgmem", best, [cat], n_resamples, seed)
+            out.extend(r for r in rows if r["metric"] == metric)
+    return out
+
+
+def variant_of(run: Run) -> str:
+    """Table 2 row of an SCG-Mem run, from its method.constraint / method.evolution settings."""
+    return VARIANTS[(bool(run.setting("constraint", True)), bool(run.setting("evolution", True)))]
+
+
+def build_table2(runs: list[Run], paper: PaperTable, *, default_paper_model: str | None = "qwen2.5-3b",
+                 n_resamples: int = 1000, seed: int = 0) -> Table:
+    """Table 2 (ablations) from SCG-Mem runs; other methods are ignored (logged)."""
+    scg = [r for r in runs if r.method == "scgmem"]
+    for r in runs:
+        if r.method != "scgmem":
+            log.warning("table2: ignoring %s (method %s, not scgmem)", r.run_dir, r.method)
+    if not scg:
+        raise ValueError("table2: no scgmem run among the runs given")
+    categories = _check_categories(scg)
+    table = Table(name="table2", title="Table 2: ablations of SCG-Mem, F1 / BLEU-1 (%) per category",
+                  categories=categories)
+    by_model: dict[str, dict[str, Run]] = {}
+    for (model, variant), run in index_runs(scg, lambda r: (r.model, variant_of(r))).items():
+        by_model.setdefault(model, {})[variant] = run
+    for model in sorted(by_model):
+        variants = by_model[model]
+        block = Block(model=model, paper_model=_paper_model(model, paper, default_paper_model))
+        for key in VARIANT_TITLES:
+            if key not in variants and (block.paper_model, key) not in paper.rows:
+                continue
+            run = variants.get(key)
+            row = (_our_row(run, key, VARIANT_TITLES[key], categories, n_resamples, seed) if run
+                   else Row(key=key, label=VARIANT_TITLES[key]))
+            _add_paper(row, paper, block.paper_model, key, categories)
+            block.rows.append(row)
+        if "full" in variants:
+            for key in VARIANT_TITLES:
+                if key != "full" and key in variants:
+                    block.paired.extend(paired_rows(variants["full"], variants[key], "full", key, categories,
+                                                    n_resamples, seed))
+        table.blocks.append(block)
+    return table
+
+
+# ---------------------------------------------------------------- writers
+
+def _fmt(v: float | None, unit: str = "", signed: bool = False) -> str:
+    if v is None:
+        return "–"
+    if unit == "%":
+        return f"{v:+.1f}%"
+    return f"{v:+.2f}" if signed else f"{v:.2f}"
+
+
+def _ours_text(cell: Cell, latex: bool = False) -> str:
+    text = _fmt(cell.ours, cell.unit)
+    if cell.ci is not None and cell.ours is not None:
+        ci = f"[{cell.ci[0]:.2f}, {cell.ci[1]:.2f}]"
+        text += f" {{\\scriptsize {ci}}}" if latex else f" {ci}"
+    return text
+
+
+def _paper_text(cell: Cell, latex: bool = False) -> str:
+    if cell.paper is None:
+        return "–"
+    mark = FLAG_MARKS[cell.paper_flag]
+    if latex and mark:
+        mark = {"†": "$^\\dagger$", "‡": "$^\\ddagger$"}[mark]
+    text = _fmt(cell.paper, cell.unit) + mark
+    if cell.unit != "%" and cell.diff is not None:
+        delta = "$\\Delta$" if latex else "Δ"
+        text += f" ({delta} {_fmt(cell.diff, signed=True)})"
+    return text
+
+
+def _columns(table: Table) -> list[tuple[str, str]]:
+    return [(cat, metric) for cat in table.column_groups for metric in METRICS]
+
+
+def _legend(table: Table) -> list[str]:
+    return ["Cells: ours [bootstrap 95% CI over questions]; next line: the paper's value (Δ = ours − paper). "
+            "Improvement: SCG-Mem relative to the strongest baseline of the column, as the paper computes it.",
+            "† the paper prints no average for this row: the unweighted mean of its category values. "
+            "‡ from a secondary summary of the SCG-Mem paper, not the paper itself (results/paper/README.md).",
+            *table.notes]
+
+
+def to_markdown(table: Table) -> str:
+    cols = _columns(table)
+    head = ["Method", "", *(f"{CATEGORY_TITLES.get(c, c)} {METRIC_TITLES[m]}" for c, m in cols), "n"]
+    lines = [f"## {table.title}", ""]
+    for block in table.blocks:
+        paper = block.paper_model or "none"
+        same = " (the paper did not run this model)" if block.paper_model not in (None, block.model) else ""
+        lines += [f"### {block.model} — paper numbers: {paper}{same}", "",
+                  "| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(cols) + 1)]
+        for row in block.rows:
+            cells = [row.cells.get(column(c, m), Cell()) for c, m in cols]
+            lines.append("| " + " | ".join([row.label, "ours", *(_ours_text(x) for x in cells),
+                                            "" if row.n is None else str(row.n)]) + " |")
+            lines.append("| " + " | ".join(["", "paper", *(_paper_text(x) for x in cells), ""]) + " |")
+        if block.paired:
+            lines += ["", f"Paired bootstrap ({block.model}): a − b in percent points over the questions both "
+                      "runs answered; p = share of resamples with a − b ≤ 0 (one-sided, a > b).", "",
+                      "| Category | Metric | a | b | n | a − b | 95% CI | p |", "|---|---|---|---|---:|---:|---:|---:|"]
+            for p in block.paired:
+                ci = "–" if p["ci_low"] is None else f"[{p['ci_low']:+.2f}, {p['ci_high']:+.2f}]"
+                pv = "–" if p["p_value"] is None else f"{p['p_value']:.3f}"
+                lines.append(f"| {CATEGORY_TITLES.get(p['category'], p['category'])} | {METRIC_TITLES[p['metric']]} "
+                             f"| {p['a']} | {p['b']} | {p['n']} | {_fmt(p['diff'], signed=True)} | {ci} | {pv} |")
+        lines.append("")
+    lines += [f"- {note}" for note in _legend(table)]
+    return "\n".join(lines) + "\n"
+
+
+CSV_FIELDS = ("table", "model", "paper_model", "row", "label", "category", "metric", "unit", "ours", "ci_low",
+              "ci_high", "paper", "paper_flag", "diff", "n", "run_dir")
+PAIRED_FIELDS = ("table", "model", "category", "metric", "a", "b", "n", "unmatched", "diff", "ci_low", "ci_high",
+                 "p_value")
+
+
+def to_records(table: Table) -> tuple[list[dict], list[dict]]:
+    """Tidy rows (one per cell) and the paired-bootstrap rows, for CSV and wandb."""
+    cells, paired = [], []
+    for block in table.blocks:
+        for row in block.rows:
+            for (cat, metric) in _columns(table):
+                c = row.cells.get(column(cat, metric), Cell())
+                cells.append({"table": table.name, "model": block.model, "paper_model": block.paper_model,
+                              "row": row.key, "label": row.label, "category": cat, "metric": metric,
+                              "unit": c.unit or "points", "ours": c.ours, "ci_low": c.ci[0] if c.ci else None,
+                              "ci_high": c.ci[1] if c.ci else None, "paper": c.paper, "paper_flag": c.paper_flag,
+                              "diff": c.diff, "n": row.n, "run_dir": row.run_dir})
+        paired += [{"table": table.name, "model": block.model, **{k: p[k] for k in PAIRED_FIELDS[2:]}}
+                   for p in block.paired]
+    return cells, paired
+
+
+def _latex_escape(text: str) -> str:
+    return text.replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("%", "\\%").replace("&", "\\&")
+
+
+def to_latex(table: Table) -> str:
+    """One booktabs tabular per model: an "ours" line (value and CI) and a "paper" line per row."""
+    cols = _columns(table)
+    groups = table.column_groups
+    out = [f"% {table.title}. Generated by scgmem-report; needs \\usepackage{{booktabs}}."]
+    for block in table.blocks:
+        out += ["\\begin{table}[t]", "\\centering", "\\scriptsize",
+                f"\\caption{{{_latex_escape(table.title)}: {_latex_escape(block.model)} "
+                f"(paper numbers: {_latex_escape(block.paper_model or 'none')}).}}",
+                "\\begin{tabular}{ll" + "rr" * len(groups) + "}", "\\toprule",
+                " & & " + " & ".join(f"\\multicolumn{{2}}{{c}}{{{CATEGORY_TITLES.get(g, g)}}}" for g in groups) + " \\\\",
+                " ".join(f"\\cmidrule(lr){{{3 + 2 * i}-{4 + 2 * i}}}" for i in range(len(groups))),
+                "Method & & " + " & ".join(METRIC_TITLES[m] for _, m in cols) + " \\\\", "\\midrule"]
+        for row in block.rows:
+            cells = [row.cells.get(column(c, m), Cell()) for c, m in cols]
+            ours = [_ours_text(x, latex=True).replace("%", "\\%") for x in cells]
+            out.append(f"{_latex_escape(row.label)} & ours & " + " & ".join(ours) + " \\\\")
+            out.append(" & paper & " + " & ".join(_paper_text(x, latex=True).replace("%", "\\%") for x in cells)
+                       + " \\\\")
+        out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
+    return "\n".join(out)
+
+
+def write_table(table: Table, out_dir: str | Path) -> list[Path]:
+    """Write <name>.md, <name>.csv, <name>_paired.csv and <name>.tex into `out_dir`; returns the paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cells, paired = to_records(table)
+    paths = [out_dir / f"{table.name}.md", out_dir / f"{table.name}.csv", out_dir / f"{table.name}_paired.csv",
+             out_dir / f"{table.name}.tex"]
+    paths[0].write_text(to_markdown(table), encoding="utf-8")
+    for path, rows, fields in ((paths[1], cells, CSV_FIELDS), (paths[2], paired, PAIRED_FIELDS)):
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+    paths[3].write_text(to_latex(table), encoding="utf-8")
+    return paths

