@@ -48,7 +48,10 @@ def build_summary(*, records, state: RunState, method_name: str, model_name: str
     scores = aggregate(records, categories)
     counts = hallucination_counts(records, state)
     deviations: dict[str, int] = {}
-    for stats in list(state.ingest_stats.values()) + list(state.method_stats.values()):
+    # A method's final stats include its ingest counters (restored from the cache too), so
+    # each conversation counts once: final stats, or ingest stats if it never got that far.
+    for sample_id, ingest in state.ingest_stats.items():
+        stats = state.method_stats.get(sample_id, ingest)
         for kind, n in (stats.get("deviations") or {}).items():
             deviations[kind] = deviations.get(kind, 0) + int(n)
     # Ingest usage comes from the cache entry when the memory was reused; recall/answer from this run.

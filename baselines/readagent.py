@@ -1,0 +1,535 @@
+"""ReadAgent (Lee et al. 2024, arXiv 2402.09727): episode pagination, gist memory, look-up.
+
+Our reimplementation after the authors' demo notebook [R1] (read_agent_demo.ipynb:
+`quality_pagination`, `prompt_shorten_template`, the QuALITY "prompts used in the paper"),
+as specified in shared/specs/baselines.md section 2. The three steps:
+
+1. Pagination (one LLM call per page, sequential: each prompt shows the previous page).
+   From paragraph i, paragraphs are added while the word count is below `word_limit`; once it
+   reaches `start_threshold` a label `<j>` is put before each further paragraph, and the passage
+   ends with `<j>`. The model names the label where pausing is most natural. If fewer than
+   `last_page_words` words remain they become the last page without a call.
+2. Gisting (one call per page, all pages of a conversation in one `generate` list).
+3. Look-up at question time: ReadAgent-P (one call listing up to `max_lookup_pages` pages in
+   brackets) or ReadAgent-S (`lookup="sequential"`: one page or STOP per call, up to N calls).
+   The chosen pages' gists are replaced by the raw pages, in place.
+
+LoCoMo adaptations (spec section 2 "Units"): a paragraph is one rendered turn, plus a
+`DATE: {date}` paragraph at each session start; the whole conversation is one document; each
+page is shown as `<Page p> [dates]` followed by its gist or raw text, the header built without
+the LLM (page numbers are 0-based, as in the demo). The QuALITY prompts are used with
+"article" read as "conversation" and without multiple-choice options.
+
+Tiny-LLM behaviour (spec section 2 "Tiny LLM"). Every fallback is counted in `deviations`,
+by kind, whether or not it is the reference's own behaviour:
+
+- `break_point_parse_failure` / `break_point_out_of_range`: no `<n>` in the reply, or n <= i or
+  n > j: the page ends at j, a fixed ~`word_limit`-word page (the reference's
+  `allow_fallback_to_last`, so faithful, but reported).
+- `gist_repeated_lines`: lines repeating an earlier line of the same gist are dropped (a tiny
+  model decoding greedily loops on one line until the token cap); a deviation, on by default
+  (`gist_strip_repeats`), applied before the next check.
+- `gist_replaced`: an empty gist, or one of >= `gist_max_ratio` x the page's words, is replaced
+  by the first `fallback_gist_words` words of each turn (a deviation).
+- `lookup_lenient_parse`: no usable page list between the first `[` and `]`; integers after
+  "page" were used instead (a deviation).
+- `lookup_parse_failure`: nothing usable at all: nothing is expanded (the reference's
+  behaviour), or with `lookup_fallback="embed"` the top-N pages by cosine similarity to the
+  question are expanded (`lookup_embed_fallback`, a deviation).
+- `lookup_capped`: the model listed more than N pages; only the first N are read.
+
+`stats()` also returns the call counts, so parse-failure rates are failures / calls.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import numpy as np
+
+from baselines.text import (count_words, dedupe, first_words, greedy_generations, greedy_texts,
+                            integers, render_turn_line, strip_repeated_lines)
+from scgmem.data.locomo import Conversation
+from scgmem.embedder import cosine_top_k
+from scgmem.memory import MemoryMethod, Recall, dia_order
+
+log = logging.getLogger(__name__)
+
+# Version of the prompts and rules below; part of the cache key (memory_settings).
+PROMPT_VERSION = 1
+
+# [R1] "The prompts we used for QuALITY with PaLM 2-L": pagination (with the demo's preceding
+# page, which the QMSum variant also shows).
+PAGINATION_PROMPT = """
+You are given a passage that is taken from a larger text (a long conversation between two people) and some numbered labels between the paragraphs in the passage.
+Numbered label are in angeled brackets. For example, if the label number is 19, it shows as <19> in text.
+Please choose one label that it is natural to break reading.
+Such point can be scene transition, end of a dialogue, end of an argument, narrative transition, etc.
+Please answer the break point label and explain.
+For example, if <57> is a good point to break, answer with "Break point: <57>\\n Because ..."
+
+Passage:
+
+{preceding}
+{passage}
+{end_tag}
+
+"""
+
+# [R1] gisting_prompt_template (QuALITY).
+GIST_PROMPT = """
+Please shorten the following passage.
+Just give me a shortened version. DO NOT explain your reason.
+
+Passage:
+{page}
+
+"""
+
+# [R1] parallel_lookup_prompt_template (QuALITY, "1 to 5"); the examples with more pages than
+# N are left out so that the prompt never invites more than N.
+LOOKUP_PROMPT = """
+The following text is what you remembered from reading a long conversation and a question related to it.
+You may read 1 to {n} page(s) of the conversation again to refresh your memory to prepare yourself for the question.
+Please respond with which page(s) you would like to read again.
+{examples}
+DO NOT select more pages if you don't need to.
+DO NOT answer the question yet.
+
+Text:
+{gists}
+
+Question:
+{question}
+
+Take a deep breath and tell me: Which page(s) would you like to read again?
+"""
+LOOKUP_EXAMPLES = [
+    (1, 'For example, if you would like to only read Page 8, respond with "I want to look up Page [8] to ...";'),
+    (2, 'if you would like to read Page 7 and 12, respond with "I want to look up Page [7, 12] to ...";'),
+    (5, 'if you would like to read Page 2, 3, 7, 15 and 18, respond with "I want to look up Page [2, 3, 7, 15, 18] to ...".'),
+]
+
+# [R1] sequential_lookup_prompt_template (ReadAgent-S, QuALITY).
+SEQUENTIAL_PROMPT = """
+The following text is what you remember from reading a long conversation, followed by a question about the conversation.
+You may read multiple pages of the conversation again to refresh your memory and prepare to answer the question.
+Each page that you re-read can significantly improve your chance of answering the question correctly.
+Please specify a SINGLE page you would like to read again or say "STOP".
+To read a page again, respond with "Page $PAGE_NUM", replacing $PAGE_NUM with the target page number.
+You can only specify a SINGLE page in your response at this time.
+DO NOT select more pages if you don't need to.
+To stop, simply say "STOP".
+DO NOT answer the question in your response.
+
+Text:
+{gists}
+End of text.
+
+Pages re-read already (DO NOT ask to read them again):
+{past}
+
+Question:
+{question}
+
+Specify a SINGLE page to read again, or say STOP:
+"""
+
+_LABEL = re.compile(r"<(\d+)>")
+# "Page 3", "pages 3, 4 and 7", "page #2", "Page [3": integers that follow the word "page".
+_PAGE_LIST = re.compile(r"pages?\s*[:#]?\s*\[?\s*(\d+(?:\s*(?:,|and|&|or)\s*\d+)*)", re.IGNORECASE)
+_PAGE_ONE = re.compile(r"page\s*\$?#?\s*(\d+)", re.IGNORECASE)
+
+
+# ---------------------------------------------------------------------------- parsers
+def parse_break_point(reply: str) -> int | None:
+    """The first `<n>` label in a pagination reply (spec: "Parse the first `<(\\d+)>`")."""
+    m = _LABEL.search(reply)
+    return int(m.group(1)) if m else None
+
+
+def parse_lookup_brackets(reply: str, n_pages: int) -> list[int]:
+    """In-range integers between the first `[` and the first `]` (the demo's parser [R1]).
+
+    Returns [] when there is no `[...]` or nothing in it names an existing page.
+    """
+    start, end = reply.find("["), reply.find("]")
+    if start == -1 or end == -1 or start >= end:
+        return []
+    ids = [int(p) for p in reply[start + 1:end].split(",") if p.strip().isdigit()]
+    return dedupe([p for p in ids if 0 <= p < n_pages])
+
+
+def parse_lookup_lenient(reply: str, n_pages: int) -> list[int]:
+    """In-range integers that follow the word "page" ("Page 3 and 5", "pages 1, 2"), deduplicated."""
+    ids: list[int] = []
+    for m in _PAGE_LIST.finditer(reply):
+        ids.extend(integers(m.group(1)))
+    return dedupe([p for p in ids if 0 <= p < n_pages])
+
+
+def parse_sequential(reply: str, n_pages: int) -> tuple[str, int | None]:
+    """ReadAgent-S reply -> ("stop", None) | ("page", p) | ("lenient", p) | ("fail", None)."""
+    m = _PAGE_ONE.search(reply)
+    stop_at = reply.upper().find("STOP")
+    if stop_at != -1 and (m is None or stop_at < m.start()):
+        return "stop", None
+    if m and 0 <= int(m.group(1)) < n_pages:
+        return "page", int(m.group(1))
+    loose = [p for p in integers(reply) if 0 <= p < n_pages]
+    if loose:
+        return "lenient", loose[0]
+    return "fail", None
+
+
+# ---------------------------------------------------------------------------- the method
+class ReadAgent(MemoryMethod):
+    """ReadAgent-P (default) or -S over one LoCoMo conversation.
+
+    Args:
+        llm: the shared LLM (or `ScriptedLLM`).
+        embedder: needed only for `lookup_fallback="embed"`.
+        word_limit / start_threshold / last_page_words: pagination thresholds in words
+            (600 / 280 / 350, `quality_pagination` [R1]; same in the port [R2]).
+        max_lookup_pages: N, pages that may be re-read per question (5, QuALITY prompt [R1]).
+        lookup: "parallel" (ReadAgent-P, one call) or "sequential" (ReadAgent-S, <= N calls).
+        lookup_fallback: "none" (reference: expand nothing when the reply does not parse) or
+            "embed" (deviation: the top-N pages by cosine similarity to the question).
+        gist_max_new_tokens: cap on a gist (192: the movie-script prompt asks for <= 128 tokens).
+        pagination_max_new_tokens / lookup_max_new_tokens: caps on replies of which only a label
+            or a page list is read (the demo decodes up to 512; the label comes first).
+        gist_max_ratio: a gist with >= this x the page's words is replaced (spec: 0.8).
+        fallback_gist_words: words kept per turn in a replacement gist (spec: 12).
+        gist_strip_repeats: drop repeated lines from gists (counted deviation; False = as generated).
+        retrieved_ids: "context" (every turn whose raw text or gist is in the context, the
+            harness's definition of `retrieved`) or "expanded" (only re-read pages, spec section 2).
+    """
+
+    name = "readagent"
+
+    def __init__(self, llm, embedder=None, *, word_limit: int = 600, start_threshold: int = 280,
+                 last_page_words: int = 350, max_lookup_pages: int = 5, lookup: str = "parallel",
+                 lookup_fallback: str = "none", gist_max_new_tokens: int = 192,
+                 pagination_max_new_tokens: int = 32, lookup_max_new_tokens: int = 48,
+                 gist_max_ratio: float = 0.8, fallback_gist_words: int = 12,
+                 gist_strip_repeats: bool = True, retrieved_ids: str = "context") -> None:
+        super().__init__(llm, embedder)
+        if word_limit <= 0:
+            raise ValueError(f"method.word_limit must be positive, got {word_limit}")
+        if not 0 <= start_threshold <= word_limit:
+            raise ValueError(f"method.start_threshold must be in [0, word_limit={word_limit}], got {start_threshold}")
+        if not 0 <= last_page_words <= word_limit:
+            raise ValueError(f"method.last_page_words must be in [0, word_limit={word_limit}], got {last_page_words}")
+        if max_lookup_pages < 1:
+            raise ValueError(f"method.max_lookup_pages must be >= 1, got {max_lookup_pages}")
+        if lookup not in ("parallel", "sequential"):
+            raise ValueError(f"method.lookup must be 'parallel' or 'sequential', got {lookup!r}")
+        if lookup_fallback not in ("none", "embed"):
+            raise ValueError(f"method.lookup_fallback must be 'none' or 'embed', got {lookup_fallback!r}")
+        if lookup_fallback == "embed" and embedder is None:
+            raise ValueError("method.lookup_fallback='embed' needs an embedder, got embedder=None")
+        if retrieved_ids not in ("context", "expanded"):
+            raise ValueError(f"method.retrieved_ids must be 'context' or 'expanded', got {retrieved_ids!r}")
+        if not 0 < gist_max_ratio:
+            raise ValueError(f"method.gist_max_ratio must be positive, got {gist_max_ratio}")
+        for arg, value in (("gist_max_new_tokens", gist_max_new_tokens),
+                           ("pagination_max_new_tokens", pagination_max_new_tokens),
+                           ("lookup_max_new_tokens", lookup_max_new_tokens),
+                           ("fallback_gist_words", fallback_gist_words)):
+            if value < 1:
+                raise ValueError(f"method.{arg} must be >= 1, got {value}")
+        self.word_limit = word_limit
+        self.start_threshold = start_threshold
+        self.last_page_words = last_page_words
+        self.max_lookup_pages = max_lookup_pages
+        self.lookup = lookup
+        self.lookup_fallback = lookup_fallback
+        self.gist_max_new_tokens = gist_max_new_tokens
+        self.pagination_max_new_tokens = pagination_max_new_tokens
+        self.lookup_max_new_tokens = lookup_max_new_tokens
+        self.gist_max_ratio = gist_max_ratio
+        self.fallback_gist_words = fallback_gist_words
+        self.gist_strip_repeats = gist_strip_repeats
+        self.retrieved_ids = retrieved_ids
+        # Built memory (see state_dict): paragraphs [text, dia_id | None, date, speaker, turn text].
+        self.paragraphs: list[list[Any]] = []
+        self.pages: list[tuple[int, int]] = []  # [start, end) paragraph ranges
+        self.gists: list[str] = []
+        self.gist_sources: list[str] = []  # "llm" | "fallback"
+        self.counters: dict[str, int] = {}
+        self._unit_tokens: dict[tuple[int, bool], int] = {}
+        self._page_vectors: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ settings and state
+    def memory_settings(self) -> dict[str, Any]:
+        return {"word_limit": self.word_limit, "start_threshold": self.start_threshold,
+                "last_page_words": self.last_page_words, "gist_max_new_tokens": self.gist_max_new_tokens,
+                "pagination_max_new_tokens": self.pagination_max_new_tokens,
+                "gist_max_ratio": self.gist_max_ratio, "fallback_gist_words": self.fallback_gist_words,
+                "gist_strip_repeats": self.gist_strip_repeats, "prompt_version": PROMPT_VERSION}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"paragraphs": self.paragraphs, "pages": [list(p) for p in self.pages],
+                "gists": self.gists, "gist_sources": self.gist_sources,
+                "counters": dict(self.counters), "deviations": dict(self.deviations)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.paragraphs = [list(p) for p in state["paragraphs"]]
+        self.pages = [(int(s), int(e)) for s, e in state["pages"]]
+        self.gists = list(state["gists"])
+        self.gist_sources = list(state["gist_sources"])
+        self.counters = {k: int(v) for k, v in state["counters"].items()}
+        self.deviations.clear()
+        self.deviations.update({k: int(v) for k, v in state["deviations"].items()})
+        self._unit_tokens, self._page_vectors = {}, None
+
+    def export(self) -> dict[str, Any]:
+        return {"pages": [{"page": p, "dates": self._page_dates(p), "dia_ids": self._page_dia_ids(p),
+                           "words": sum(count_words(t[0]) for t in self.paragraphs[s:e]),
+                           "gist": self.gists[p], "gist_source": self.gist_sources[p]}
+                          for p, (s, e) in enumerate(self.pages)]}
+
+    def stats(self) -> dict[str, Any]:
+        words = sum(count_words(p[0]) for p in self.paragraphs)
+        gist_words = sum(count_words(g) for g in self.gists)
+        return {"deviations": dict(self.deviations), "lookup": self.lookup,
+                "lookup_fallback": self.lookup_fallback, "paragraphs": len(self.paragraphs),
+                "pages": len(self.pages), "words": words, "gist_words": gist_words, **self.counters}
+
+    def _count(self, key: str, n: int = 1) -> None:
+        self.counters[key] = self.counters.get(key, 0) + n
+
+    # ------------------------------------------------------------------ ingest
+    def ingest(self, conversation: Conversation, rng: np.random.Generator) -> None:
+        """Paginate the conversation with LLM-chosen break points, then gist every page."""
+        self.paragraphs = []
+        for session in conversation.sessions:
+            self.paragraphs.append([f"DATE: {session.date_time}", None, session.date_time, None, None])
+            for turn in session.turns:
+                caption = f" [shares {turn.caption}]" if turn.caption else ""
+                self.paragraphs.append([render_turn_line(turn), turn.dia_id, session.date_time,
+                                        turn.speaker, turn.text + caption])
+        self.pages = self._paginate()
+        self.gists, self.gist_sources = self._gist_pages()
+        self._unit_tokens, self._page_vectors = {}, None
+        calls = max(1, self.counters.get("pagination_calls", 0))
+        log.info("readagent %s: %d paragraphs -> %d pages; break-point parse failures %d/%d (%.0f%%), "
+                 "out of range %d; gists replaced %d/%d", conversation.sample_id, len(self.paragraphs),
+                 len(self.pages), self.deviations["break_point_parse_failure"], calls,
+                 100 * self.deviations["break_point_parse_failure"] / calls,
+                 self.deviations["break_point_out_of_range"], self.deviations["gist_replaced"], len(self.pages))
+
+    def _paginate(self) -> list[tuple[int, int]]:
+        """`quality_pagination` [R1] over the paragraphs; returns [start, end) ranges."""
+        texts = [p[0] for p in self.paragraphs]
+        words = [count_words(t) for t in texts]
+        n = len(texts)
+        pages: list[tuple[int, int]] = []
+        i = 0
+        while i < n:
+            preceding = "" if i == 0 else "...\n" + "\n".join(texts[pages[-1][0]:pages[-1][1]])
+            passage = [texts[i]]
+            wcount = words[i]
+            j = i + 1
+            while wcount < self.word_limit and j < n:
+                wcount += words[j]
+                if wcount >= self.start_threshold:
+                    passage.append(f"<{j}>")
+                passage.append(texts[j])
+                j += 1
+            passage.append(f"<{j}>")
+            end_tag = "" if j == n else texts[j] + "\n..."
+            if wcount < self.last_page_words:
+                # Fewer than `last_page_words` words remain (the loop only stops below
+                # word_limit at the end of the text): the rest is the last page, no call.
+                pause = n
+            else:
+                prompt = PAGINATION_PROMPT.format(preceding=preceding, passage="\n".join(passage),
+                                                  end_tag=end_tag).strip()
+                [reply] = greedy_texts(self.llm, [self.llm.render(prompt)], self.pagination_max_new_tokens)
+                self._count("pagination_calls")
+                pause = parse_break_point(reply)
+                if pause is None:
+                    log.debug("break point not parsed from %r", reply[:200])
+                    self.deviations["break_point_parse_failure"] += 1
+                    pause = j  # allow_fallback_to_last [R1]
+                elif pause <= i or pause > j:
+                    self.deviations["break_point_out_of_range"] += 1
+                    pause = j
+                else:
+                    self._count("break_points_parsed")
+            pages.append((i, pause))
+            i = pause
+        return pages
+
+    def _gist_pages(self) -> tuple[list[str], list[str]]:
+        """One gist per page, all pages in one generate call; bad gists are replaced (counted)."""
+        page_texts = [self._raw_page(p) for p in range(len(self.pages))]
+        prompts = [self.llm.render(GIST_PROMPT.format(page=t).strip()) for t in page_texts]
+        generations = greedy_generations(self.llm, prompts, self.gist_max_new_tokens)
+        self._count("gist_calls", len(prompts))
+        gists, sources = [], []
+        for p, (text, generation) in enumerate(zip(page_texts, generations)):
+            gist = generation.text.strip()
+            if len(generation.token_ids) >= self.gist_max_new_tokens:
+                self._count("gists_at_token_cap")  # cut off (or an echo of the page): kept, but reported
+            if self.gist_strip_repeats:
+                gist, dropped = strip_repeated_lines(gist)
+                if dropped:
+                    self.deviations["gist_repeated_lines"] += 1
+            if not gist:
+                self._count("gists_empty")
+            elif count_words(gist) >= self.gist_max_ratio * count_words(text):
+                self._count("gists_too_long")
+            else:
+                gists.append(gist)
+                sources.append("llm")
+                continue
+            self.deviations["gist_replaced"] += 1
+            s, e = self.pages[p]
+            lines = [f"{par[3]}: {first_words(par[4], self.fallback_gist_words)}"
+                     for par in self.paragraphs[s:e] if par[1] is not None]
+            gists.append("\n".join(lines))
+            sources.append("fallback")
+        return gists, sources
+
+    # ------------------------------------------------------------------ pages
+    def _raw_page(self, p: int) -> str:
+        s, e = self.pages[p]
+        return "\n".join(par[0] for par in self.paragraphs[s:e])
+
+    def _page_dates(self, p: int) -> list[str]:
+        s, e = self.pages[p]
+        return list(dict.fromkeys(par[2] for par in self.paragraphs[s:e]))
+
+    def _page_dia_ids(self, p: int) -> list[str]:
+        s, e = self.pages[p]
+        return [par[1] for par in self.paragraphs[s:e] if par[1] is not None]
+
+    def _unit(self, p: int, expanded: bool) -> str:
+        """A page as it appears in the memory: `<Page p> [dates]` then its raw text or its gist."""
+        header = f"<Page {p}> [{'; '.join(self._page_dates(p))}]"
+        return f"{header}\n{self._raw_page(p) if expanded else self.gists[p]}"
+
+    def _tokens(self, p: int, expanded: bool) -> int:
+        key = (p, expanded)
+        if key not in self._unit_tokens:
+            self._unit_tokens[key] = self.llm.count_tokens(self._unit(p, expanded))
+        return self._unit_tokens[key]
+
+    def _article(self, expanded: list[int]) -> str:
+        """The gist memory with the pages in `expanded` replaced by their raw text, in page order."""
+        return "\n".join(self._unit(p, p in expanded) for p in range(len(self.pages)))
+
+    # ------------------------------------------------------------------ look-up
+    def _lookup_parallel(self, questions: list[str]) -> list[tuple[list[int], bool]]:
+        """ReadAgent-P: one call per question (all in one generate list) -> (pages, parse failed)."""
+        gists = self._article([])
+        examples = "\n".join(line for size, line in LOOKUP_EXAMPLES if size <= self.max_lookup_pages)
+        prompts = [self.llm.render(LOOKUP_PROMPT.format(n=self.max_lookup_pages, examples=examples,
+                                                        gists=gists, question=q).strip()) for q in questions]
+        replies = greedy_texts(self.llm, prompts, self.lookup_max_new_tokens)
+        self._count("lookup_calls", len(prompts))
+        out = []
+        for reply in replies:
+            pages = parse_lookup_brackets(reply, len(self.pages))
+            if not pages:
+                pages = parse_lookup_lenient(reply, len(self.pages))
+                if pages:
+                    self.deviations["lookup_lenient_parse"] += 1
+            if len(pages) > self.max_lookup_pages:
+                self.deviations["lookup_capped"] += 1
+                pages = pages[:self.max_lookup_pages]
+            if not pages:
+                log.debug("look-up pages not parsed from %r", reply[:200])
+                self.deviations["lookup_parse_failure"] += 1
+            out.append((pages, not pages))
+        return out
+
+    def _lookup_sequential(self, questions: list[str]) -> list[tuple[list[int], bool]]:
+        """ReadAgent-S: one page (or STOP) per call, re-read pages expanded in the next prompt."""
+        chosen: list[list[int]] = [[] for _ in questions]
+        failed = [False] * len(questions)
+        active = list(range(len(questions)))
+        for _ in range(self.max_lookup_pages):
+            if not active:
+                break
+            prompts = [self.llm.render(SEQUENTIAL_PROMPT.format(
+                gists=self._article(chosen[q]), question=questions[q],
+                past=", ".join(map(str, chosen[q])) or "None").strip()) for q in active]
+            replies = greedy_texts(self.llm, prompts, self.lookup_max_new_tokens)
+            self._count("lookup_calls", len(prompts))
+            still = []
+            for q, reply in zip(active, replies):
+                kind, page = parse_sequential(reply, len(self.pages))
+                if kind == "lenient":
+                    self.deviations["lookup_lenient_parse"] += 1
+                if kind == "stop":
+                    continue
+                if kind == "fail" or page in chosen[q]:
+                    self.deviations["lookup_parse_failure"] += 1
+                    failed[q] = not chosen[q]
+                    continue
+                chosen[q].append(page)
+                still.append(q)
+            active = still
+        return list(zip(chosen, failed))
+
+    def _embed_pages(self, questions: list[str]) -> list[list[int]]:
+        """Deviation `lookup_fallback=embed`: top-N raw pages by cosine similarity to each question."""
+        if self._page_vectors is None:
+            self._page_vectors = self.embedder.encode([self._raw_page(p) for p in range(len(self.pages))])
+        q_vectors = self.embedder.encode(questions)
+        return [cosine_top_k(v, self._page_vectors, self.max_lookup_pages) for v in q_vectors]
+
+    # ------------------------------------------------------------------ recall
+    def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
+        return self.recall_batch([question], budget_tokens=[budget_tokens], rngs=[rng])[0]
+
+    def recall_batch(self, questions: list[str], *, budget_tokens: list[int],
+                     rngs: list[np.random.Generator]) -> list[Recall]:
+        """Look up pages for every question (one batched generate call per look-up step)."""
+        if not self.pages:
+            return [Recall("", [], {}) for _ in questions]
+        lookups = (self._lookup_parallel if self.lookup == "parallel" else self._lookup_sequential)(questions)
+        if self.lookup_fallback == "embed":
+            need = [i for i, (_, failed) in enumerate(lookups) if failed]
+            for i, pages in zip(need, self._embed_pages([questions[i] for i in need]) if need else []):
+                self.deviations["lookup_embed_fallback"] += 1
+                lookups[i] = (pages, True)
+        self._count("questions", len(questions))
+        for pages, _ in lookups:
+            self._count("pages_expanded", len(pages))
+        return [self._assemble(pages, budget) for (pages, _), budget in zip(lookups, budget_tokens)]
+
+    def _assemble(self, expanded: list[int], budget_tokens: int) -> Recall:
+        """Gists and re-read pages in page order, trimmed to the budget.
+
+        Over budget (spec section 2 "Output"): the oldest gists go first, then the re-read page
+        listed last by the model.
+        """
+        kept = set(range(len(self.pages)))
+        order = list(expanded)  # trimming order of the re-read pages: last listed first
+
+        def total() -> int:  # per-unit counts + one token per "\n" separator
+            return sum(self._tokens(p, p in expanded) for p in kept) + max(0, len(kept) - 1)
+
+        def drop_one() -> None:
+            gists = [p for p in kept if p not in expanded]
+            if gists:
+                kept.discard(min(gists))
+            else:
+                kept.discard(order.pop())
+
+        while kept and total() > budget_tokens:
+            drop_one()
+        context = "\n".join(self._unit(p, p in expanded) for p in sorted(kept))
+        while kept and self.llm.count_tokens(context) > budget_tokens:  # tokens can merge at joins
+            drop_one()
+            context = "\n".join(self._unit(p, p in expanded) for p in sorted(kept))
+        if not kept:
+            context = ""
+        shown = sorted(kept) if self.retrieved_ids == "context" else [p for p in sorted(kept) if p in expanded]
+        ids = sorted((d for p in shown for d in self._page_dia_ids(p)), key=dia_order)
+        return Recall(context, ids, {})
