@@ -1,0 +1,264 @@
+"""SCG-Mem behind the harness interface (paper Sections 3.1-3.6; the ablations of Table 2).
+
+`SCGMem` wires the parts together: per conversation, `ingest` runs schema evolution
+(`evolution.Evolution`, Section 3.4) over the turns in batches, and indexes each turn's
+concepts (concept -> dia_ids, the associative graph of Section 3.5); `recall_batch`
+activates seeds for several questions in one constrained beam search (Section 3.6), then
+propagates and reconstructs each question's context with its own random generator.
+
+Example::
+
+    method = SCGMem(llm, embedder, k=35, hops=1)
+    method.ingest(conversation, np.random.default_rng(0))
+    r = method.recall("When did Caroline go to the support group?", budget_tokens=2000,
+                      rng=np.random.default_rng(1))
+    r.extras["seed_keys"], r.dia_ids
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from scgmem.core.evolution import ANSWER_PREFIX, CONCEPT_PROMPT, Evolution
+from scgmem.core.graph import AssociativeGraph
+from scgmem.core.recall import (FREE_RECALL_PREFIX, FREE_RECALL_PROMPT, RECALL_PREFIX, RECALL_PROMPT,
+                                constrained_seeds, free_seeds, propagate, rank_turns, reconstruct_context)
+from scgmem.core.schema import CognitiveSchema
+from scgmem.data.locomo import Conversation, Turn
+from scgmem.memory import MemoryMethod, Recall, render_turn
+
+log = logging.getLogger(__name__)
+
+STATE_FORMAT = 1  # bump when the layout of state_dict changes
+# Bump when ingestion code changes what it builds (parsing, normalisation, stop words,
+# grounding, the trigger rule, decoding): the memory cache is keyed on memory_settings().
+INGEST_VERSION = 1
+
+
+def _vocab_size(llm) -> int:
+    """Width of the model's scores (what the trie's dense rows must match)."""
+    config = getattr(getattr(llm, "model", None), "config", None)
+    size = getattr(config, "vocab_size", None)
+    if size is None and hasattr(config, "get_text_config"):
+        size = getattr(config.get_text_config(), "vocab_size", None)
+    if size:
+        return int(size)
+    if hasattr(llm, "tokenizer"):
+        return len(llm.tokenizer)
+    return 1 << 16  # a model-less stand-in (ScriptedLLM): the object can be built, not ingest
+
+
+class SCGMem(MemoryMethod):
+    """Schema-constrained generative memory.
+
+    Args:
+        llm / embedder: shared components (the embedder is needed by `constraint=False` only).
+        k: active concepts per question, seeds included (paper optimum 35, Figure 3).
+        hops: propagation steps (paper optimum 1, Figure 4; 0 = seeds only).
+        num_beams: b, seeds per question from the constrained beam search (Eq. 11).
+        temperature: T of softmax(w_uv / T) (Eq. 12).
+        constraint: False = ablation "w/o Cognitive Constraint" (recall only; the built
+            memory is the same).
+        evolution: False = ablation "w/o Evolutionary Update" (accommodation only).
+        keep_threshold / trigger_threshold / min_assimilated / max_keys / max_free_keys /
+            max_concept_words / free_max_new_tokens: see `evolution.Evolution`.
+        ingest_batch_size: turns per evolution batch (one assimilation call, then one
+            accommodation call); a turn cannot assimilate into concepts created within its
+            own batch.
+        ingest_prompt / ingest_prefix: the concept instruction after each turn, and the
+            assistant's primer.
+        recall_prompt / recall_prefix: the seed instruction ({question}) and primer.
+        free_recall_prompt / free_recall_prefix / max_keywords: the constraint=False keywords.
+        context_tokens: optional cap on the context below the runner's budget (speed).
+        separator: the text between keys (one token; the keys' terminator).
+        dense_threshold: trie nodes with this many children keep a dense mask row.
+    """
+
+    name = "scgmem"
+
+    def __init__(self, llm, embedder=None, *, k: int = 35, hops: int = 1, num_beams: int = 5,
+                 temperature: float = 1.0, constraint: bool = True, evolution: bool = True,
+                 keep_threshold: float = -2.5, trigger_threshold: float = -3.0, min_assimilated: int = 1,
+                 max_keys: int = 5, max_free_keys: int = 8, max_concept_words: int = 4,
+                 free_max_new_tokens: int = 24, ingest_batch_size: int = 8,
+                 ingest_prompt: str = CONCEPT_PROMPT, ingest_prefix: str = ANSWER_PREFIX,
+                 recall_prompt: str = RECALL_PROMPT, recall_prefix: str = RECALL_PREFIX,
+                 free_recall_prompt: str = FREE_RECALL_PROMPT, free_recall_prefix: str = FREE_RECALL_PREFIX,
+                 max_keywords: int = 5, context_tokens: int | None = None, separator: str = ",",
+                 dense_threshold: int = 256) -> None:
+        super().__init__(llm, embedder)
+        for name, value, low in (("k", k, 1), ("hops", hops, 0), ("num_beams", num_beams, 1),
+                                 ("ingest_batch_size", ingest_batch_size, 1), ("max_keywords", max_keywords, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"method.{name} must be an int >= {low}, got {value!r}")
+        if not temperature > 0:
+            raise ValueError(f"method.temperature must be > 0, got {temperature!r}")
+        if context_tokens is not None and (not isinstance(context_tokens, int) or context_tokens < 0):
+            raise ValueError(f"method.context_tokens must be None or an int >= 0, got {context_tokens!r}")
+        for name, value in (("constraint", constraint), ("evolution", evolution)):
+            if not isinstance(value, bool):
+                raise ValueError(f"method.{name} must be true or false, got {value!r}")
+        if not constraint and embedder is None:
+            raise ValueError("method.constraint=false (ablation w/o Cognitive Constraint) needs an embedder "
+                             "(embedder=minilm): free keywords are mapped to concepts by cosine similarity")
+        if "{question}" not in recall_prompt or "{question}" not in free_recall_prompt:
+            raise ValueError(f"method.recall_prompt and free_recall_prompt must contain '{{question}}', got "
+                             f"{recall_prompt!r} / {free_recall_prompt!r}")
+        self.k, self.hops, self.num_beams, self.temperature = k, hops, num_beams, float(temperature)
+        self.constraint, self.evolution = constraint, evolution
+        self.ingest_batch_size = ingest_batch_size
+        self.recall_prompt, self.recall_prefix = recall_prompt, recall_prefix
+        self.free_recall_prompt, self.free_recall_prefix = free_recall_prompt, free_recall_prefix
+        self.max_keywords = max_keywords
+        self.context_tokens = context_tokens
+        self.separator = separator
+        self.dense_threshold = dense_threshold
+        self.evolution_args = dict(
+            evolution=evolution, keep_threshold=float(keep_threshold), trigger_threshold=float(trigger_threshold),
+            min_assimilated=min_assimilated, max_keys=max_keys, max_free_keys=max_free_keys,
+            max_concept_words=max_concept_words, free_max_new_tokens=free_max_new_tokens,
+            prompt=ingest_prompt, answer_prefix=ingest_prefix)
+        self.counters: Counter[str] = Counter()
+        self._reset()
+        Evolution(llm, self.schema, counters=Counter(), **self.evolution_args)  # validate the values now
+
+    def _reset(self) -> None:
+        self.schema = CognitiveSchema(self.llm.encode, _vocab_size(self.llm), separator=self.separator,
+                                      forbidden_ids=getattr(self.llm, "eos_token_ids", ()),
+                                      dense_threshold=self.dense_threshold)
+        self.graph = AssociativeGraph()
+        self.index: dict[str, list[str]] = {}  # concept -> dia_ids
+        self.turn_concepts: dict[str, list[str]] = {}  # dia_id -> concepts
+        self.turns: dict[str, Turn] = {}
+        self.counters = Counter()
+        self.deviations = Counter()
+        self._turn_tokens: dict[str, int] = {}
+        self._concept_vectors: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ ingestion (3.4, 3.5)
+    def ingest(self, conversation: Conversation, rng: np.random.Generator) -> None:
+        """Evolve S over the turns, batch by batch, and index each turn's concepts.
+
+        Ingestion is greedy (deterministic), so `rng` is not drawn from.
+        """
+        if not hasattr(self.llm, "tokenizer") or not hasattr(self.llm, "eos_token_ids"):
+            raise TypeError(f"SCG-Mem needs a real LLM (the schema constraint runs inside its generate); got "
+                            f"{type(self.llm).__name__}")
+        self._reset()
+        evolution = Evolution(self.llm, self.schema, counters=self.counters, **self.evolution_args)
+        turns = conversation.turns
+        for start in range(0, len(turns), self.ingest_batch_size):
+            batch = turns[start:start + self.ingest_batch_size]
+            for turn, result in zip(batch, evolution.process(batch)):
+                self._index_turn(turn, result.concepts)
+            if (start // self.ingest_batch_size) % 10 == 9:
+                log.info("%s: %d/%d turns ingested, |S| = %d", conversation.sample_id, start + len(batch),
+                         len(turns), len(self.schema))
+
+    def _index_turn(self, turn: Turn, concepts: list[str]) -> None:
+        self.turns[turn.dia_id] = turn
+        self.turn_concepts[turn.dia_id] = list(concepts)
+        for c in concepts:
+            self.index.setdefault(c, []).append(turn.dia_id)
+        self.graph.add_turn(concepts)
+
+    # ------------------------------------------------------------------ recall (3.6)
+    def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
+        return self.recall_batch([question], budget_tokens=[budget_tokens], rngs=[rng])[0]
+
+    def recall_batch(self, questions: list[str], *, budget_tokens: list[int],
+                     rngs: list[np.random.Generator]) -> list[Recall]:
+        """Seeds for all questions in one generate call; then per question propagation and context."""
+        if not questions:
+            return []
+        if len(self.schema) == 0:
+            self.deviations["recall_no_seeds"] += len(questions)
+            return [Recall("", [], {"seed_keys": [], "context_keys": [], "generated_keys": []}) for _ in questions]
+        if self.constraint:
+            seeds, generated = constrained_seeds(self.llm, self.schema, questions, num_beams=self.num_beams,
+                                                 prompt=self.recall_prompt, prefix=self.recall_prefix)
+        else:
+            seeds, generated, fallbacks = free_seeds(
+                self.llm, self.embedder, self.schema, self.concept_vectors(), questions, num_seeds=self.num_beams,
+                max_keywords=self.max_keywords, prompt=self.free_recall_prompt, prefix=self.free_recall_prefix)
+            self.deviations["free_recall_no_keywords"] += fallbacks
+        out = []
+        for q_seeds, q_keys, budget, rng in zip(seeds, generated, budget_tokens, rngs):
+            self.counters["keys_generated"] += len(q_keys)
+            self.counters["keys_outside_schema"] += sum(k not in self.schema for k in q_keys)
+            self.counters["recall_keys_generated"] += len(q_keys)
+            self.counters["recall_keys_outside_schema"] += sum(k not in self.schema for k in q_keys)
+            if not q_seeds:
+                self.deviations["recall_no_seeds"] += 1
+            active = propagate(self.graph, q_seeds, k=self.k, hops=self.hops, temperature=self.temperature, rng=rng)
+            ranked = [c for c, _ in active]
+            cap = budget if self.context_tokens is None else min(budget, self.context_tokens)
+            order = rank_turns(ranked, self.index, self.turn_concepts)
+            context, dia_ids = reconstruct_context(order, self.turns, cap, self.llm.count_tokens, self._tokens_of)
+            out.append(Recall(context, dia_ids, {"seed_keys": list(q_seeds), "context_keys": ranked,
+                                                 "generated_keys": list(q_keys)}))
+        return out
+
+    def _tokens_of(self, turn: Turn) -> int:
+        n = self._turn_tokens.get(turn.dia_id)
+        if n is None:
+            n = self._turn_tokens[turn.dia_id] = self.llm.count_tokens(render_turn(turn))
+        return n
+
+    def concept_vectors(self) -> np.ndarray:
+        """(len(S), dim) embeddings of the concepts (the constraint=False ablation), cached."""
+        if self._concept_vectors is None or len(self._concept_vectors) != len(self.schema):
+            self._concept_vectors = self.embedder.encode(list(self.schema.concepts))
+        return self._concept_vectors
+
+    # ------------------------------------------------------------------ caching and reporting
+    def memory_settings(self) -> dict[str, Any]:
+        """What changes the built memory: ingestion prompts, thresholds, evolution, batching.
+
+        Not k, hops, T, num_beams, constraint, the recall prompts or the context cap: they
+        act at recall only, so sweeps over them reuse the cached memory.
+        """
+        return {"state_format": STATE_FORMAT, "ingest_version": INGEST_VERSION, "separator": self.separator,
+                "ingest_batch_size": self.ingest_batch_size, **self.evolution_args}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "format": STATE_FORMAT,
+            "concepts": [[c, s] for c, s in zip(self.schema.concepts, self.schema.surfaces)],
+            "index": self.index,
+            "turn_concepts": self.turn_concepts,
+            "graph": self.graph.state_dict(),
+            "turns": [dataclasses.asdict(t) for t in self.turns.values()],
+            "counters": dict(self.counters),
+            "deviations": dict(self.deviations),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("format") != STATE_FORMAT:
+            raise ValueError(f"SCG-Mem state format {state.get('format')!r} != {STATE_FORMAT}: rebuild the memory")
+        self._reset()
+        for concept, surf in state["concepts"]:
+            self.schema.add(concept, surf)
+        self.index = {c: list(ids) for c, ids in state["index"].items()}
+        self.turn_concepts = {d: list(cs) for d, cs in state["turn_concepts"].items()}
+        self.graph.load_state_dict(state["graph"])
+        self.turns = {t["dia_id"]: Turn(**t) for t in state["turns"]}
+        self.counters = Counter(state["counters"])
+        self.deviations = Counter(state["deviations"])
+
+    def export(self) -> dict[str, Any]:
+        return {"n_turns": self.graph.n_turns, "concepts": {c: list(self.index.get(c, [])) for c in self.schema.concepts},
+                "edges": self.graph.edges()}
+
+    def stats(self) -> dict[str, Any]:
+        c = self.counters
+        out = {"deviations": dict(self.deviations), "keys_generated": c["keys_generated"],
+               "keys_outside_schema": c["keys_outside_schema"], "turns": c["turns"],
+               "accommodated_turns": c["accommodated_turns"], "assimilated_turns": c["assimilated_turns"],
+               "schema_size": len(self.schema), "edges": self.graph.num_edges}
+        out.update({key: value for key, value in sorted(c.items()) if key not in out})
+        return out

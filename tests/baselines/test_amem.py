@@ -1,0 +1,293 @@
+"""A-MEM: parsers, fallbacks, evolution, link expansion, budget and caching (scripted LLM, fake embedder)."""
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import numpy as np
+import pytest
+
+from baselines import amem_parsers as P
+from baselines.amem import AMem, note_content
+from scgmem.data.locomo import Conversation, Session, Turn
+from scgmem.llm.fake import ScriptedLLM
+
+
+class BagEmbedder:
+    """Hashed bag of words, unit length: similar wording -> high cosine. Deterministic."""
+
+    name = "bag"
+
+    def __init__(self, dim: int = 64) -> None:
+        self.dim = dim
+        self.calls = 0
+
+    def encode(self, texts):
+        self.calls += len(texts)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"[a-z]+", text.lower()):
+                out[row, sum(map(ord, word)) % self.dim] += 1.0
+            out[row, 0] += 1e-3
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def conversation(sessions: list[list[tuple[str, str]]]) -> Conversation:
+    built = []
+    for s, turns in enumerate(sessions, start=1):
+        date = f"1:56 pm on {s} May, 2023"
+        built.append(Session(s, date, tuple(Turn(f"D{s}:{i}", spk, text, s, date)
+                                            for i, (spk, text) in enumerate(turns, start=1))))
+    return Conversation("conv-test", "Caroline", "Melanie", tuple(built), ())
+
+
+CONV = conversation([
+    [("Caroline", "I went to a LGBTQ support group yesterday."), ("Melanie", "I painted a sunrise by the lake.")],
+    [("Caroline", "I am researching adoption agencies."), ("Melanie", "We went camping with the kids.")],
+])
+RNG = np.random.default_rng(0)
+
+
+def router(analyze="KEYWORDS: support, group, painting\nCONTEXT: A chat about hobbies.\nTAGS: life, art, community",
+           retry="", decision="DECISION: NO_EVOLUTION\nREASON: none", strengthen="", update="", query="support group"):
+    """A scripted LLM that answers by prompt kind."""
+    def reply(prompt: str) -> str:
+        if "Analyze the following content" in prompt:
+            return analyze
+        if "List exactly 5 keywords" in prompt:
+            return retry
+        if "decide if evolution is needed" in prompt:
+            return decision
+        if "provide updated connections and tags" in prompt:
+            return strengthen
+        if "update each neighbor's context and tags" in prompt:
+            return update
+        if "generate several keywords" in prompt:
+            return query
+        raise AssertionError(f"unexpected prompt: {prompt[:200]}")
+    return reply
+
+
+# ----------------------------------------------------------------------------- parsers
+def test_parse_analysis_json_sections_and_none():
+    result, how = P.parse_analysis('{"keywords": ["hiking", "lake"], "context": "Outdoor trip.", "tags": "travel, fun"}')
+    assert how == "json" and result == {"keywords": ["hiking", "lake"], "context": "Outdoor trip.",
+                                        "tags": ["travel", "fun"]}
+    result, how = P.parse_analysis("Sure.\nKEYWORDS: - hiking\n- lake\nCONTEXT: Outdoor trip.\nTAGS: travel, fun")
+    assert how == "sections" and result["keywords"] == ["hiking", "lake"] and result["tags"] == ["travel", "fun"]
+    assert result["context"] == "Outdoor trip."
+    result, how = P.parse_analysis("Carolinesays: I went to a support group.")
+    assert how == "none" and result == {"keywords": [], "context": "", "tags": []}
+
+
+def test_heuristics_prefer_capitalised_non_stop_words():
+    content = "Speaker Carolinesays : I went to the LGBTQ support group and it was powerful."
+    assert P.heuristic_keywords(content)[:2] == ["carolinesays", "lgbtq"]
+    assert "the" not in P.heuristic_keywords(content) and len(P.heuristic_keywords(content)) == 5
+    assert P.heuristic_context("First one. Second one.") == "First one."
+    assert P.heuristic_context("no full stop") == "no full stop"
+
+
+@pytest.mark.parametrize("reply,expected", [
+    ('{"should_evolve": true, "actions": ["strengthen", "update_neighbor"]}', ("STRENGTHEN_AND_UPDATE", "json")),
+    ('{"should_evolve": false, "actions": ["strengthen"]}', ("NO_EVOLUTION", "json")),
+    ('{"should_evolve": "True", "actions": ["update_neighbor"]}', ("UPDATE_NEIGHBOR", "json")),
+    ("DECISION: STRENGTHEN\nREASON: related", ("STRENGTHEN", "section")),
+    ("decision: update neighbor", ("UPDATE_NEIGHBOR", "section")),
+    ("I think we should strengthen the links.", ("STRENGTHEN", "inferred")),
+    ("Maybe strengthen and update both.", ("STRENGTHEN_AND_UPDATE", "inferred")),
+    ("", ("NO_EVOLUTION", "unparsed")),
+    ("The memory is about painting.", ("NO_EVOLUTION", "unparsed")),
+])
+def test_parse_decision(reply, expected):
+    assert P.parse_decision(reply) == expected
+
+
+def test_parse_strengthen_and_neighbour_updates():
+    assert P.parse_strengthen("CONNECTIONS: 0, 2, x, 7\nTAGS: art, lake") == ([0, 2, 7], ["art", "lake"], "sections")
+    assert P.parse_strengthen('{"suggested_connections": [1, "3"], "tags_to_update": ["a"]}') == ([1, 3], ["a"], "json")
+    assert P.parse_strengthen("nothing useful") == ([], [], "none")
+    updates, how = P.parse_neighbour_updates(
+        "NEIGHBOR 0:\nCONTEXT: new zero\nTAGS: a, b\n\nNEIGHBOR 2:\nCONTEXT: new two\nTAGS: c", 3)
+    assert how == "sections"
+    assert updates == [{"context": "new zero", "tags": ["a", "b"]}, {"context": "", "tags": []},
+                       {"context": "new two", "tags": ["c"]}]
+    updates, how = P.parse_neighbour_updates('{"new_context_neighborhood": ["x"], "new_tags_neighborhood": [["t"]]}', 2)
+    assert how == "json" and updates == [{"context": "x", "tags": ["t"]}, {"context": "", "tags": []}]
+    assert P.parse_neighbour_updates("garbage", 2) == ([{"context": "", "tags": []}] * 2, "none")
+
+
+def test_parse_query_keywords():
+    assert P.parse_query_keywords('{"keywords": "adoption, agency"}') == "adoption, agency"
+    assert P.parse_query_keywords('{"keywords": ["adoption", "agency"]}') == "adoption, agency"
+    assert P.parse_query_keywords("  adoption, agency ") == "adoption, agency"
+    assert P.parse_query_keywords("") == ""
+
+
+# ----------------------------------------------------------------------------- analyze
+def test_note_content_keeps_the_original_format():
+    turn = Turn("D1:5", "Caroline", "So inspiring!", 1, "d", caption="a photo of a dog")
+    assert note_content(turn) == "Speaker Carolinesays : [Image: a photo of a dog] So inspiring!"
+
+
+def test_empty_analysis_retries_then_uses_heuristics_and_counts():
+    llm = ScriptedLLM(router(analyze="", retry=""))
+    amem = AMem(llm, BagEmbedder())
+    [result] = amem.analyze(["Speaker Carolinesays : I went to the LGBTQ support group."])
+    assert result["keywords"] == P.heuristic_keywords("Speaker Carolinesays : I went to the LGBTQ support group.")
+    assert result["context"] == "Speaker Carolinesays : I went to the LGBTQ support group."
+    assert result["tags"] == result["keywords"][:3]
+    assert amem.counters["analyze_none"] == 1 and amem.counters["analyze_retries"] == 1
+    assert amem.deviations == {"analyze_heuristic_keywords": 1, "analyze_heuristic_context": 1,
+                               "analyze_heuristic_tags": 1}
+
+
+def test_retry_fills_keywords_without_a_deviation():
+    llm = ScriptedLLM(router(analyze="CONTEXT: A support group.\nTAGS: community", retry="support, group, pride"))
+    amem = AMem(llm, BagEmbedder())
+    [result] = amem.analyze(["x"])
+    assert result == {"keywords": ["support", "group", "pride"], "context": "A support group.", "tags": ["community"]}
+    assert amem.counters["analyze_retries"] == 1 and not amem.deviations
+
+
+def test_analysis_of_a_session_is_one_generate_call():
+    llm = ScriptedLLM(router())
+    calls = []
+    original = llm.generate
+    llm.generate = lambda prompts, **kw: calls.append(len(prompts)) or original(prompts, **kw)
+    amem = AMem(llm, BagEmbedder())
+    amem.ingest(CONV, RNG)
+    # per session: one batched analyze call (2 prompts), then one decision call per note that has
+    # neighbours (the very first note has none)
+    assert calls == [2, 1, 2, 1, 1]
+    assert [n["dia_id"] for n in amem.notes] == ["D1:1", "D1:2", "D2:1", "D2:2"]
+    assert amem.notes[0]["timestamp"] == "1:56 pm on 1 May, 2023"
+    assert amem.documents[0].startswith("content:Speaker Carolinesays : I went to a LGBTQ")
+    assert " keywords: support, group, painting tags: life, art, community" in amem.documents[0]
+
+
+# ----------------------------------------------------------------------------- evolution
+def test_strengthen_links_are_bounds_checked_and_tags_replaced():
+    llm = ScriptedLLM(router(decision="DECISION: STRENGTHEN", strengthen="CONNECTIONS: 0, 9, -1\nTAGS: pride, art"))
+    amem = AMem(llm, BagEmbedder())
+    amem.ingest(conversation([[("Caroline", "support group"), ("Melanie", "support group again")]]), RNG)
+    assert amem.notes[1]["links"] == [0]
+    assert amem.notes[1]["tags"] == ["pride", "art"]
+    assert amem.counters["links_out_of_range"] == 2
+    assert amem.evo_cnt == 1 and amem.counters["decision_section"] == 1
+
+
+def test_update_neighbour_overwrites_in_order_without_reembedding():
+    update = "NEIGHBOR 0:\nCONTEXT: updated zero\nTAGS: t0\nNEIGHBOR 1:\nCONTEXT: updated one\nTAGS: t1"
+    llm = ScriptedLLM(router(decision="DECISION: UPDATE_NEIGHBOR", update=update))
+    emb = BagEmbedder()
+    amem = AMem(llm, emb, neighbours=2)
+    amem.ingest(conversation([[("A", "lake painting"), ("B", "lake sunrise"), ("A", "lake painting sunrise")]]), RNG)
+    # note 2's neighbours are notes 0 and 1 in cosine order; both were overwritten at note 2
+    assert {amem.notes[0]["context"], amem.notes[1]["context"]} == {"updated zero", "updated one"}
+    assert {amem.notes[0]["tags"][0], amem.notes[1]["tags"][0]} == {"t0", "t1"}
+    # ... but their documents and embeddings are those of insert time
+    assert "updated" not in " ".join(amem.documents) and "context:A chat about hobbies." in amem.documents[0]
+    np.testing.assert_allclose(amem.matrix, emb.encode(amem.documents), atol=1e-6)
+
+
+def test_unparsed_decision_means_no_evolution():
+    llm = ScriptedLLM(router(decision="I like turtles"))
+    amem = AMem(llm, BagEmbedder())
+    amem.ingest(CONV, RNG)
+    assert amem.evo_cnt == 0 and amem.counters["decision_unparsed"] == 3
+    assert all(n["links"] == [] for n in amem.notes)
+
+
+def test_consolidation_rebuilds_documents_every_threshold():
+    llm = ScriptedLLM(router(decision="DECISION: STRENGTHEN", strengthen="CONNECTIONS: 0\nTAGS: x"))
+    amem = AMem(llm, BagEmbedder(), evo_threshold=2)
+    amem.ingest(CONV, RNG)  # notes 2..4 evolve -> one rebuild after the 2nd evolution
+    assert amem.evo_cnt == 3 and amem.counters["consolidations"] == 1
+    assert amem.documents[0] == AMem.rebuilt_document(amem.notes[0])
+    assert amem.documents[3].startswith("content:")  # inserted after the rebuild
+    assert amem.matrix.shape == (4, 64)
+
+
+# ----------------------------------------------------------------------------- query
+def test_query_keyword_fallback_is_counted():
+    llm = ScriptedLLM(router(query=""))
+    amem = AMem(llm, BagEmbedder(), k=1)
+    amem.ingest(CONV, RNG)
+    [r] = amem.recall_batch(["What did Melanie paint by the lake?"], budget_tokens=[500], rngs=[RNG])
+    assert amem.deviations["query_keywords_fallback"] == 1
+    assert r.dia_ids == ["D1:2"] and "painted a sunrise" in r.context
+
+
+def test_link_expansion_follows_links_without_repeats():
+    amem = AMem(ScriptedLLM(router()), BagEmbedder(), k=2)
+    amem.notes = [{"links": links} for links in ([2, 3, 4, 1], [0], [], [], [])]
+    # hit 0 brings at most k+1 = 3 links (2, 3, 4); hit 1 is new, its link 0 is already chosen
+    assert amem.expand([0, 1]) == [0, 2, 3, 4, 1]
+    # links already chosen still use up the k+1 looked at (as in find_related_memories_raw)
+    assert amem.expand([3, 0]) == [3, 0, 2, 4]
+
+
+def test_recall_renders_hits_then_links_within_budget():
+    llm = ScriptedLLM(router(decision="DECISION: STRENGTHEN", strengthen="CONNECTIONS: 0\nTAGS: x",
+                             query="adoption agencies"))
+    amem = AMem(llm, BagEmbedder(), k=1)
+    amem.ingest(CONV, RNG)
+    [r] = amem.recall_batch(["Which agencies?"], budget_tokens=[10_000], rngs=[RNG])
+    assert r.dia_ids == ["D2:1", "D1:1"]  # the hit, then its link
+    assert r.context.startswith("talk start time:1:56 pm on 2 May, 2023memory content: Speaker Carolinesays : I am")
+    assert "memory keywords: ['support', 'group', 'painting']memory tags: " in r.context
+    one = llm.count_tokens(AMem.render_note(amem.notes[3]))
+    [small] = amem.recall_batch(["Which agencies?"], budget_tokens=[one + 2], rngs=[RNG])
+    assert small.dia_ids == ["D2:1"] and llm.count_tokens(small.context) <= one + 2
+    [tiny] = amem.recall_batch(["Which agencies?"], budget_tokens=[5], rngs=[RNG])
+    assert llm.count_tokens(tiny.context) <= 5 and tiny.dia_ids == ["D2:1"]
+
+
+def test_state_dict_round_trip_is_json_and_recalls_the_same():
+    llm = ScriptedLLM(router(decision="DECISION: STRENGTHEN", strengthen="CONNECTIONS: 0\nTAGS: x"))
+    amem = AMem(llm, BagEmbedder())
+    amem.ingest(CONV, RNG)
+    state = json.loads(json.dumps(amem.state_dict()))
+    other = AMem(llm, BagEmbedder())
+    other.load_state_dict(state)
+    a = amem.recall("camping?", budget_tokens=400, rng=RNG)
+    b = other.recall("camping?", budget_tokens=400, rng=RNG)
+    assert (a.context, a.dia_ids) == (b.context, b.dia_ids)
+    assert other.stats()["evolutions"] == amem.evo_cnt == 3 and other.stats()["deviations"] == amem.stats()["deviations"]
+
+
+def test_memory_settings_and_arguments():
+    amem = AMem(ScriptedLLM(router()), BagEmbedder(), k=20)
+    settings = amem.memory_settings()
+    assert settings["neighbours"] == 5 and settings["evo_threshold"] == 100 and "k" not in settings
+    assert AMem(ScriptedLLM(router()), BagEmbedder(), k=50).memory_settings() == settings  # k is recall-only
+    with pytest.raises(ValueError, match="method.k must be a positive integer, got 0"):
+        AMem(ScriptedLLM(router()), BagEmbedder(), k=0)
+    with pytest.raises(ValueError, match="embedder"):
+        AMem(ScriptedLLM(router()), None)
+
+
+# ----------------------------------------------------------------------------- embedded model
+@pytest.mark.slow
+def test_embedded_model_end_to_end(smollm, minilm, locomo_path):
+    from scgmem.data.locomo import load_locomo
+
+    conv = next(c for c in load_locomo(locomo_path)[0] if c.sample_id == "conv-26")
+    session = conv.sessions[0]
+    small = Conversation(conv.sample_id, conv.speaker_a, conv.speaker_b, (session,), ())
+    amem = AMem(smollm, minilm)
+    before = smollm.usage.snapshot().get("other", {}).get("calls", 0)
+    t0 = time.perf_counter()
+    amem.ingest(small, RNG)
+    ingest_s = time.perf_counter() - t0
+    calls = smollm.usage.snapshot()["other"]["calls"] - before
+    [r] = amem.recall_batch(["What did Caroline go to?"], budget_tokens=[600], rngs=[RNG])
+    print(f"A-MEM on {len(session.turns)} turns: {ingest_s:.1f}s, {calls / len(session.turns):.2f} calls/turn; "
+          f"stats {amem.stats()}")
+    assert len(amem.notes) == len(session.turns)
+    assert all(n["keywords"] and n["context"] and n["tags"] for n in amem.notes)
+    assert r.dia_ids and set(r.dia_ids) <= {t.dia_id for t in session.turns}
+    assert smollm.count_tokens(r.context) <= 600
+    json.dumps(amem.state_dict())

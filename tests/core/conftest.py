@@ -1,0 +1,43 @@
+"""Fixtures of the SCG-Mem core tests: a model that really decodes under the schema constraint
+(the tiny random Llama) but whose *free* generations are scripted, so evolution's parsing,
+validation and insertion are tested on chosen outputs."""
+from __future__ import annotations
+
+import pytest
+
+from scgmem.data.locomo import Conversation, Session, Turn
+from scgmem.llm.backend import Generation
+
+
+class HybridLLM:
+    """Delegates to a real `LLM`; free generation (no logits processors) returns `script(prompt)`."""
+
+    def __init__(self, llm, script) -> None:
+        self._llm = llm
+        self.script = script
+        self.free_prompts: list[str] = []
+
+    def __getattr__(self, name):
+        return getattr(self._llm, name)
+
+    def generate(self, prompts, **kwargs):
+        if kwargs.get("processors") is not None:
+            return self._llm.generate(prompts, **kwargs)
+        self.free_prompts.extend(prompts)
+        return [[Generation(text=self.script(p))] for p in prompts]
+
+
+@pytest.fixture
+def hybrid(tiny_llm):
+    return lambda script: HybridLLM(tiny_llm, script)
+
+
+def make_conversation(texts, per_session=4, sample_id="conv-test") -> Conversation:
+    sessions = []
+    for s in range(0, len(texts), per_session):
+        index = s // per_session + 1
+        date = f"1:00 pm on {index} May, 2023"
+        turns = tuple(Turn(dia_id=f"D{index}:{i + 1}", speaker="Ann" if i % 2 == 0 else "Bob", text=t,
+                           session=index, date_time=date) for i, t in enumerate(texts[s:s + per_session]))
+        sessions.append(Session(index=index, date_time=date, turns=turns))
+    return Conversation(sample_id=sample_id, speaker_a="Ann", speaker_b="Bob", sessions=tuple(sessions), qa=())
