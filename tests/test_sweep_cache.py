@@ -1,11 +1,11 @@
 """Sweeps over recall knobs reuse the ingested memory: a two-point k sweep ingests once."""
 import json
-
-import pytest
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
