@@ -251,8 +251,9 @@ class SCGMem(MemoryMethod):
         self.deviations = Counter(state["deviations"])
 
     def export(self) -> dict[str, Any]:
-        return {"n_turns": self.graph.n_turns, "concepts": {c: list(self.index.get(c, [])) for c in self.schema.concepts},
-                "edges": self.graph.edges()}
+        """memory/<sample_id>.json: n_turns, concept -> dia_ids, and [u, v, w_uv] (Eq. 10 now)."""
+        concepts = {c: list(self.index.get(c, [])) for c in self.schema.concepts}
+        return {"n_turns": self.graph.n_turns, "concepts": concepts, "edges": self.graph.edges()}
 
     def stats(self) -> dict[str, Any]:
         c = self.counters

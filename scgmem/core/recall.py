@@ -33,13 +33,15 @@ from scgmem.memory import dia_order, render_turn, render_turns_by_date
 # its concepts in the register they were written in.
 RECALL_PROMPT = "Extract the most important keyword of this question.\n\nQuestion: {question}"
 RECALL_PREFIX = "Keyword:"
-FREE_RECALL_PROMPT = "Extract the 3 to 5 most important keywords of this question, separated by commas.\n\nQuestion: {question}"
+FREE_RECALL_PROMPT = ("Extract the 3 to 5 most important keywords of this question, separated by commas."
+                      "\n\nQuestion: {question}")
 FREE_RECALL_PREFIX = "Keywords:"
 
 
 # ---------------------------------------------------------------------- 1. schema activation
 def constrained_seeds(llm, schema: CognitiveSchema, questions: Sequence[str], *, num_beams: int,
-                      prompt: str = RECALL_PROMPT, prefix: str = RECALL_PREFIX) -> tuple[list[list[str]], list[list[str]]]:
+                      prompt: str = RECALL_PROMPT,
+                      prefix: str = RECALL_PREFIX) -> tuple[list[list[str]], list[list[str]]]:
     """Eq. 11 for every question in one beam-search call.
 
     Returns:

@@ -27,6 +27,18 @@ class HybridLLM:
         return [[Generation(text=self.script(p))] for p in prompts]
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The core tests run small models and tiny tensors: on a shared 2-core box a second
+    intra-op thread only adds contention (measured up to ~8x slower), so use one."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def hybrid(tiny_llm):
     return lambda script: HybridLLM(tiny_llm, script)

@@ -21,15 +21,6 @@ from scgmem.core.schema import ReferenceTrie, TokenTrie
 
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The tensors here are tiny: a second intra-op thread only adds contention (10x slower on a busy box)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 # A vocabulary of V ids: 0..V-4 key tokens, then the terminator, pad, EOS.
 
 

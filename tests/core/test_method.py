@@ -168,7 +168,7 @@ def test_smollm_ingest_and_recall_on_conv26(smollm, locomo_path):
     first = conv.sessions[0]
     small = type(conv)(sample_id=conv.sample_id, speaker_a=conv.speaker_a, speaker_b=conv.speaker_b,
                        sessions=(type(first)(first.index, first.date_time, first.turns[:10]),), qa=())
-    method = SCGMem(smollm, None)
+    method = SCGMem(smollm, None, ingest_batch_size=5)  # two batches: the second one assimilates
     method.ingest(small, np.random.default_rng(0))
     stats = method.stats()
     assert stats["turns"] == 10 and stats["schema_size"] > 5

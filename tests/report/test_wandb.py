@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,16 @@ def test_offline_run_writes_its_files(tmp_path, monkeypatch):
     offline = list((tmp_path / "wb" / "wandb").glob("offline-run-*"))
     assert len(offline) == 1, "one offline run directory under WANDB_DIR"
     assert not (run / "wandb").exists()  # WANDB_DIR takes precedence over the run directory
-    data = next(offline[0].glob("run-*.wandb")).read_bytes()
+    # wandb's service process writes the offline file asynchronously, even after finish():
+    # on a loaded machine the records can land a moment later. Wait for them (bounded).
+    wanted = (b"multi_hop/f1", b"average/bleu1", b"tokens/answer/prompt_tokens", b"1234567", b"run_dir",
+              b"2026-01-01_00-00-00")
+    deadline = time.time() + 60
+    while True:
+        data = next(offline[0].glob("run-*.wandb")).read_bytes()
+        if all(key in data for key in wanted) or time.time() > deadline:
+            break
+        time.sleep(0.5)
     for key in (b"multi_hop/f1", b"average/bleu1", b"tokens/answer/prompt_tokens", b"1234567", b"run_dir",
                 b"2026-01-01_00-00-00"):  # metrics, the resolved config, and the sweep as the group
         assert key in data, key
