@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 from baselines import amem_parsers as P
 from scgmem.data.locomo import Conversation, Turn
 from scgmem.embedder import cosine_top_k
-from scgmem.memory import MemoryMethod, Recall
+from scgmem.memory import MemoryMethod, Recall, truncate_to_tokens
 
 log = logging.getLogger(__name__)
 
@@ -54,21 +54,6 @@ def note_content(turn: Turn) -> str:
     """test_advanced.py's note text (its missing space kept); load_dataset.py's image prefix."""
     image = f"[Image: {turn.caption}] " if turn.caption else ""
     return "Speaker " + turn.speaker + "says : " + image + turn.text
-
-
-def truncate_to_tokens(llm, text: str, budget: int) -> str:
-    """The longest word prefix of `text` with at most `budget` tokens (binary search)."""
-    if llm.count_tokens(text) <= budget:
-        return text
-    words = text.split(" ")
-    lo, hi = 0, len(words)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if llm.count_tokens(" ".join(words[:mid])) <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    return " ".join(words[:lo])
 
 
 class AMem(MemoryMethod):

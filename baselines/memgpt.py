@@ -44,7 +44,7 @@ from baselines.memgpt_prompts import (FAILED_HEARTBEAT, HUMAN, PERSONA, PREFIX, 
                                       SESSION_END, SUMMARY_SYSTEM, SYSTEM_PROMPT, USER_MESSAGES, WARNING,
                                       longest_content_word, parse_call, turn_line)
 from scgmem.data.locomo import Conversation
-from scgmem.memory import MemoryMethod, Recall
+from scgmem.memory import MemoryMethod, Recall, truncate_to_tokens
 
 log = logging.getLogger(__name__)
 
@@ -344,13 +344,13 @@ class MemGPT(MemoryMethod):
         left = budget
         kept_found = []
         for text in found:
-            piece = _truncate(self.llm, text, left - 2)
+            piece = truncate_to_tokens(self.llm, text, left - 2)
             if piece:
                 kept_found.append(piece)
                 left -= count(piece) + 2
-        kept_core = _truncate(self.llm, core, left - 2)
+        kept_core = truncate_to_tokens(self.llm, core, left - 2)
         left -= count(kept_core) + 2 if kept_core else 0
-        kept_summary = _truncate(self.llm, summary, left - 2) if summary else ""
+        kept_summary = truncate_to_tokens(self.llm, summary, left - 2) if summary else ""
         left -= count(kept_summary) + 2 if kept_summary else 0
         tail: list[dict[str, Any]] = []
         left -= 6  # the "Recent messages:" header
@@ -367,7 +367,7 @@ class MemGPT(MemoryMethod):
             tail.pop(0)
             context = render(kept_core, kept_summary, kept_found, tail)
         if count(context) > budget:
-            context = _truncate(self.llm, context, budget)
+            context = truncate_to_tokens(self.llm, context, budget)
         ids = [m["dia_id"] for m in tail]
         for r in results:
             for hit_ids, text in r.hits:
@@ -416,20 +416,3 @@ class MemGPT(MemoryMethod):
         return {"deviations": dict(self.deviations), "parse": dict(self.counters),
                 "archival_passages": len(self.snapshot.archival.passages),
                 "core_chars": {k: len(v) for k, v in self.snapshot.core.blocks.items()}}
-
-
-def _truncate(llm, text: str, budget: int) -> str:
-    """The longest word prefix of `text` with at most `budget` tokens (binary search)."""
-    if budget <= 0 or not text:
-        return ""
-    if llm.count_tokens(text) <= budget:
-        return text
-    words = text.split(" ")
-    lo, hi = 0, len(words)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if llm.count_tokens(" ".join(words[:mid])) <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    return " ".join(words[:lo])

@@ -130,3 +130,20 @@ def dia_order(dia_id: str) -> tuple[int, int]:
     """Chronological sort key of a dia_id 'D<session>:<turn>'."""
     s, t = dia_id[1:].split(":")
     return int(s), int(t)
+
+
+def truncate_to_tokens(llm, text: str, budget: int) -> str:
+    """The longest word prefix of `text` with at most `budget` tokens (binary search)."""
+    if budget <= 0 or not text:
+        return ""
+    if llm.count_tokens(text) <= budget:
+        return text
+    words = text.split(" ")
+    lo, hi = 0, len(words)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if llm.count_tokens(" ".join(words[:mid])) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo])
