@@ -27,7 +27,8 @@ HELP = {"table1": "Table 1 beside the paper, CIs, paired bootstrap; and the cost
         "table2": "Table 2 (SCG-Mem ablations) beside the paper",
         "fig3": "Figure 3: F1 and BLEU-1 per category against k",
         "fig4": "Figure 4: F1 and BLEU-1 per category by association hops",
-        "all": "all of the above, each from its experiment's newest sweep"}
+        "all": "all of the above, each from its experiment's newest sweep",
+        "costs": "one row per run: scores, evidence recall, seconds, LLM calls and tokens, deviations"}
 
 
 def _runs_dir(args, experiment: str) -> Path:
@@ -81,6 +82,10 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="scgmem-report", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
+    costs = sub.add_parser("costs", help=HELP["costs"])
+    costs.add_argument("--runs", action="append", required=True,
+                       help="a directory holding runs (searched recursively); repeat for several")
+    costs.add_argument("--out", default="results", help="the table goes to OUT/tables (default: %(default)s)")
     for name in (*EXPERIMENTS, "all"):
         s = sub.add_parser(name, help=HELP[name])
         if name != "all":
@@ -104,6 +109,16 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "costs":
+        from scgmem.report.costs import write_costs
+        try:
+            runs = [run for d in args.runs for run in collect(d)]
+        except NoRunsError as e:
+            print(f"error: costs: {e}", file=sys.stderr)
+            return 2
+        for path in write_costs(runs, Path(args.out) / "tables"):
+            print(path)
+        return 0
     experiments = EXPERIMENTS if args.command == "all" else (args.command,)
     if args.command == "all":
         args.runs = None

@@ -1,0 +1,92 @@
+"""One row per run: scores, evidence recall and what the run cost (the baselines' comparison table).
+
+    scgmem-report costs --runs results/runs/multirun/<time> [--runs another/dir]
+
+Per category: F1 / BLEU-1 / evidence recall. Costs: ingest seconds (counted whether the memory
+was built in this run or loaded from the cache: `timing.ingest_s`), answering seconds per
+question (recall + answer), LLM calls and tokens (prompt + generated) per ingested turn and per
+question, and the fallbacks each method counted (`deviations`). Ingested turns are recounted
+from the run's own data slice, so a run and its table cannot disagree on them.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from scgmem.data.locomo import load_locomo, select
+from scgmem.report.collect import Run
+
+QUESTION_PHASES = ("recall", "answer")
+
+
+def ingested_turns(summary: dict) -> int:
+    data = summary.get("data") or {}
+    convs, _ = load_locomo(data["path"])
+    return sum(len(c.turns) for c in select(convs, data.get("samples"), data.get("max_sessions")))
+
+
+def _phase(tokens: dict, phases) -> tuple[int, int]:
+    calls = sum(tokens.get(p, {}).get("calls", 0) for p in phases)
+    toks = sum(tokens.get(p, {}).get("prompt_tokens", 0) + tokens.get(p, {}).get("generated_tokens", 0)
+               for p in phases)
+    return calls, toks
+
+
+def cost_row(run: Run) -> dict:
+    s = run.summary
+    turns = ingested_turns(s)
+    n = s["n_questions"]
+    tokens = s.get("tokens") or {}
+    ingest_calls, ingest_tokens = _phase(tokens, ("ingest",))
+    q_calls, q_tokens = _phase(tokens, QUESTION_PHASES)
+    row = {"model": run.model, "method": run.method, "n": n, "turns": turns}
+    for cat in run.categories:
+        c = s["categories"].get(cat) or {}
+        row[cat] = (c.get("f1"), c.get("bleu1"), c.get("evidence_recall"), c.get("n"))
+    timing = s.get("timing") or {}
+    row.update({
+        "average_f1": s["average"]["f1"], "average_bleu1": s["average"]["bleu1"],
+        "ingest_s": timing.get("ingest_s"), "answer_s_per_question": timing.get("answer_s_per_question"),
+        "ingest_calls_per_turn": ingest_calls / turns if turns else None,
+        "ingest_tokens_per_turn": ingest_tokens / turns if turns else None,
+        "calls_per_question": q_calls / n if n else None, "tokens_per_question": q_tokens / n if n else None,
+        "deviations": s.get("deviations") or {},
+    })
+    return row
+
+
+def _f(x, digits=2) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def write_costs(runs: list[Run], out_dir: Path) -> list[Path]:
+    rows = sorted((cost_row(r) for r in runs), key=lambda r: (r["model"], r["method"]))
+    cats = runs[0].categories
+    out_dir.mkdir(parents=True, exist_ok=True)
+    head = ["model", "method", "n", *[f"{c} F1 / B1 / ER" for c in cats], "avg F1 / B1",
+            "ingest s", "answer s/q", "ingest calls/turn", "ingest tok/turn", "calls/q", "tok/q", "deviations"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["model"], r["method"], str(r["n"])]
+        cells += [f"{_f(r[c][0])} / {_f(r[c][1])} / {_f(r[c][2])}" if r.get(c) else "–" for c in cats]
+        cells += [f"{_f(r['average_f1'])} / {_f(r['average_bleu1'])}", _f(r["ingest_s"], 0),
+                  _f(r["answer_s_per_question"], 1), _f(r["ingest_calls_per_turn"]), _f(r["ingest_tokens_per_turn"], 0),
+                  _f(r["calls_per_question"]), _f(r["tokens_per_question"], 0),
+                  ", ".join(f"{k} {v}" for k, v in sorted(r["deviations"].items())) or "none"]
+        lines.append("| " + " | ".join(cells) + " |")
+    md = out_dir / "costs.md"
+    md.write_text("\n".join(lines) + "\n\nF1 / BLEU-1 in percent; ER = evidence recall (0-1). Ingest s counts "
+                  "memory loaded from the cache at the cost it was built with.\n", encoding="utf-8")
+    path_csv = out_dir / "costs.csv"
+    with open(path_csv, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["model", "method", "n", "turns", *[f"{c}_{m}" for c in cats for m in ("f1", "bleu1", "evidence_recall")],
+                    "average_f1", "average_bleu1", "ingest_s", "answer_s_per_question", "ingest_calls_per_turn",
+                    "ingest_tokens_per_turn", "calls_per_question", "tokens_per_question", "deviations"])
+        for r in rows:
+            w.writerow([r["model"], r["method"], r["n"], r["turns"],
+                        *[(r[c][i] if r.get(c) else "") for c in cats for i in range(3)],
+                        r["average_f1"], r["average_bleu1"], r["ingest_s"], r["answer_s_per_question"],
+                        r["ingest_calls_per_turn"], r["ingest_tokens_per_turn"], r["calls_per_question"],
+                        r["tokens_per_question"], ";".join(f"{k}={v}" for k, v in sorted(r["deviations"].items()))])
+    return [md, path_csv]
