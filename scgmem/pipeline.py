@@ -132,6 +132,9 @@ class Pipeline:
         done = {(r["sample_id"], r["qa_index"]) for r in done_records}
         if done:
             log.info("resuming: %d predictions already in %s", len(done), pred_path)
+            # Their answering time was spent by the interrupted run: carry it over from the
+            # records (recall + answer per question), or a resumed summary would under-report it.
+            self.state.answer_s += sum(r.get("latency_s", 0.0) for r in done_records)
         writer = PredictionWriter(pred_path)
         records = list(done_records)
         plan = [(c, scored_questions(c, self.protocol.categories, self.questions_per_category)) for c in conversations]

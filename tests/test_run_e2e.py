@@ -95,6 +95,10 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(fast_run, tmp_path):
     recs = records(run_dir)
     assert len({(r["sample_id"], r["qa_index"]) for r in recs}) == len(recs) == 8
     assert comparable(recs) == comparable(records(fast_run))  # chunking by 1 or 8: same answers
+    # The summary counts the answering time of the records written before the kill too: at
+    # least the sum of every record's latency (latencies are shares of chunk times, rounded).
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["timing"]["answer_s"] >= sum(r["latency_s"] for r in recs) - 1e-3 > 0
 
 
 def test_rerun_with_other_config_is_refused(fast_run):
