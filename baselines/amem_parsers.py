@@ -224,13 +224,7 @@ def parse_decision(response: str) -> tuple[str, str]:
             data.get("actions"), list) else set()
         if not should:
             return "NO_EVOLUTION", "json"
-        if {"strengthen", "update_neighbor"} <= actions:
-            return "STRENGTHEN_AND_UPDATE", "json"
-        if "strengthen" in actions:
-            return "STRENGTHEN", "json"
-        if "update_neighbor" in actions:
-            return "UPDATE_NEIGHBOR", "json"
-        return "NO_EVOLUTION", "json"
+        return _decision("strengthen" in actions, "update_neighbor" in actions) or "NO_EVOLUTION", "json"
     section = extract_section(response, "DECISION", ("REASON",)).strip().upper().replace(" ", "_")
     section = section.split("\n")[0].strip(" .<>")
     if section in DECISIONS:
@@ -238,13 +232,19 @@ def parse_decision(response: str) -> tuple[str, str]:
     upper = (response or "").upper()
     if "NO_EVOLUTION" in upper and "STRENGTHEN" not in upper and "UPDATE" not in upper:
         return "NO_EVOLUTION", "section"
-    if "STRENGTHEN" in upper and "UPDATE" in upper:
-        return "STRENGTHEN_AND_UPDATE", "inferred"
-    if "STRENGTHEN" in upper:
-        return "STRENGTHEN", "inferred"
-    if "UPDATE" in upper:
-        return "UPDATE_NEIGHBOR", "inferred"
-    return "NO_EVOLUTION", "unparsed"
+    inferred = _decision("STRENGTHEN" in upper, "UPDATE" in upper)
+    return (inferred, "inferred") if inferred else ("NO_EVOLUTION", "unparsed")
+
+
+def _decision(strengthen: bool, update: bool) -> str | None:
+    """The evolution decision that the two actions name, or None when neither is named."""
+    if strengthen and update:
+        return "STRENGTHEN_AND_UPDATE"
+    if strengthen:
+        return "STRENGTHEN"
+    if update:
+        return "UPDATE_NEIGHBOR"
+    return None
 
 
 def parse_strengthen(response: str) -> tuple[list[int], list[str], str]:

@@ -10,8 +10,9 @@ import pytest
 
 from baselines import amem_parsers as P
 from baselines.amem import AMem, note_content
-from scgmem.data.locomo import Conversation, Session, Turn
+from scgmem.data.locomo import Conversation, Turn
 from scgmem.llm.fake import ScriptedLLM
+from tests.baselines import CONV, conversation
 
 
 class BagEmbedder:
@@ -33,19 +34,6 @@ class BagEmbedder:
         return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
-def conversation(sessions: list[list[tuple[str, str]]]) -> Conversation:
-    built = []
-    for s, turns in enumerate(sessions, start=1):
-        date = f"1:56 pm on {s} May, 2023"
-        built.append(Session(s, date, tuple(Turn(f"D{s}:{i}", spk, text, s, date)
-                                            for i, (spk, text) in enumerate(turns, start=1))))
-    return Conversation("conv-test", "Caroline", "Melanie", tuple(built), ())
-
-
-CONV = conversation([
-    [("Caroline", "I went to a LGBTQ support group yesterday."), ("Melanie", "I painted a sunrise by the lake.")],
-    [("Caroline", "I am researching adoption agencies."), ("Melanie", "We went camping with the kids.")],
-])
 RNG = np.random.default_rng(0)
 
 

@@ -12,8 +12,9 @@ from baselines.memgpt import (FAILED_HEARTBEAT, PREFIX, REQ_HEARTBEAT, SESSION_E
                               longest_content_word, parse_call)
 from baselines.memgpt_functions import (ArchivalStorage, CoreMemory, RecallStorage, Toolbox, function_block,
                                         iso_date)
-from scgmem.data.locomo import Conversation, Session, Turn
+from scgmem.data.locomo import Conversation
 from scgmem.llm.fake import ScriptedLLM
+from tests.baselines import CONV, conversation
 
 RNG = np.random.default_rng(0)
 
@@ -32,19 +33,6 @@ class BagEmbedder:
         return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
-def conversation(sessions: list[list[tuple[str, str]]], dates=None) -> Conversation:
-    built = []
-    for s, turns in enumerate(sessions, start=1):
-        date = dates[s - 1] if dates else f"1:56 pm on {s} May, 2023"
-        built.append(Session(s, date, tuple(Turn(f"D{s}:{i}", spk, text, s, date)
-                                            for i, (spk, text) in enumerate(turns, start=1))))
-    return Conversation("conv-test", "Caroline", "Melanie", tuple(built), ())
-
-
-CONV = conversation([
-    [("Caroline", "I went to a LGBTQ support group yesterday."), ("Melanie", "I painted a sunrise by the lake.")],
-    [("Caroline", "I am researching adoption agencies."), ("Melanie", "We went camping with the kids.")],
-])
 
 
 def call(function: str, heartbeat: bool | None = None, **params) -> str:

@@ -14,18 +14,7 @@ import pytest
 from baselines.memorybank import MemoryBank, forgetting_pass, pair_turns, retention
 from scgmem.data.locomo import Conversation, Session, Turn, load_locomo
 from scgmem.llm.fake import ScriptedLLM
-
-
-class CountingLLM(ScriptedLLM):
-    """ScriptedLLM that also records the size of every generate call (to check batching)."""
-
-    def __init__(self, script, **kw):
-        super().__init__(script, **kw)
-        self.calls: list[int] = []
-
-    def generate(self, prompts, **kw):
-        self.calls.append(len(prompts))
-        return super().generate(prompts, **kw)
+from tests.baselines import CountingLLM
 
 
 class BagEmbedder:

@@ -14,20 +14,9 @@ from baselines.readagent import (ReadAgent, parse_break_point, parse_lookup_brac
                                  parse_sequential)
 from scgmem.data.locomo import Conversation, Session, Turn, load_locomo
 from scgmem.llm.fake import ScriptedLLM
+from tests.baselines import CountingLLM
 
 DATE = "1:56 pm on 8 May, 2023"
-
-
-class CountingLLM(ScriptedLLM):
-    """ScriptedLLM that also records the size of every generate call (to check batching)."""
-
-    def __init__(self, script, **kw):
-        super().__init__(script, **kw)
-        self.calls: list[int] = []
-
-    def generate(self, prompts, **kw):
-        self.calls.append(len(prompts))
-        return super().generate(prompts, **kw)
 
 
 class BagEmbedder:
