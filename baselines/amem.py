@@ -71,6 +71,7 @@ class AMem(MemoryMethod):
     """
 
     name = "amem"
+    resumable = True  # checkpoints after every session (hours of ingest on a CPU)
 
     def __init__(self, llm, embedder, k: int = 10, neighbours: int = 5, evo_threshold: int = 100,
                  analyze_tokens: int = 96, retry_tokens: int = 32, decision_tokens: int = 32,
@@ -218,7 +219,7 @@ class AMem(MemoryMethod):
                 self.consolidate()
 
     def ingest(self, conversation: Conversation, rng: np.random.Generator) -> None:
-        bar = tqdm(conversation.sessions, desc=f"A-MEM {conversation.sample_id}", unit="session",
+        bar = tqdm(self.sessions_to_ingest(conversation), desc=f"A-MEM {conversation.sample_id}", unit="session",
                    leave=False, mininterval=5)
         for session in bar:
             turns = list(session.turns)
@@ -231,6 +232,7 @@ class AMem(MemoryMethod):
                 self.add_note(turn, analysis, vector)
             log.info("A-MEM %s session %d: %d notes, %d evolutions, %d links", conversation.sample_id,
                      session.index, len(self.notes), self.evo_cnt, sum(len(n["links"]) for n in self.notes))
+            self.session_done(session.index)
 
     # ------------------------------------------------------------------ query
     def query_keywords(self, questions: list[str]) -> list[str]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import abc
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -57,11 +57,18 @@ class MemoryMethod(abc.ABC):
     """
 
     name: str = "base"
+    # Methods whose ingestion takes hours (A-MEM: ~3 LLM calls a turn) checkpoint after every
+    # session: the harness sets `session_checkpoint`, and on a restart loads the last
+    # checkpoint's state_dict and sets `resume_after_session`; `ingest` then skips the
+    # sessions up to it. A killed ingest loses at most one session.
+    resumable: bool = False
 
     def __init__(self, llm, embedder=None) -> None:
         self.llm = llm
         self.embedder = embedder
         self.deviations: Counter[str] = Counter()  # non-faithful fallbacks, by kind
+        self.session_checkpoint: Callable[[int], None] | None = None
+        self.resume_after_session = 0
 
     # -- the two calls --------------------------------------------------------------
     @abc.abstractmethod
@@ -76,6 +83,15 @@ class MemoryMethod(abc.ABC):
                      rngs: list[np.random.Generator]) -> list[Recall]:
         """Recall for several questions; methods that batch their LLM calls override this."""
         return [self.recall(q, budget_tokens=b, rng=r) for q, b, r in zip(questions, budget_tokens, rngs)]
+
+    def sessions_to_ingest(self, conversation: Conversation):
+        """The sessions left after `resume_after_session` (all of them on a fresh ingest)."""
+        return [s for s in conversation.sessions if s.index > self.resume_after_session]
+
+    def session_done(self, index: int) -> None:
+        """Call after session `index` is fully in the state (resumable methods)."""
+        if self.session_checkpoint is not None:
+            self.session_checkpoint(index)
 
     # -- caching and reporting ------------------------------------------------------
     def memory_settings(self) -> dict[str, Any]:

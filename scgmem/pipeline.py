@@ -103,17 +103,7 @@ class Pipeline:
             self.state.cache_hits += 1
             log.info("%s: memory of %s loaded from %s", method.name, conv.sample_id, path)
         else:
-            before = self.llm.usage.snapshot().get("ingest", {})
-            start = time.perf_counter()
-            with self.llm.usage.under("ingest"):
-                method.ingest(conv, rng_for(self.seed, conv.sample_id, -1, INGEST))
-            elapsed = time.perf_counter() - start
-            after = self.llm.usage.snapshot().get("ingest", {})
-            usage = {"ingest": {k: after.get(k, 0) - before.get(k, 0) for k in after}}
-            entry = {"ingest_s": elapsed, "usage": usage, "stats": method.stats(),
-                     "settings": method.memory_settings()}
-            if path:
-                self.cache.save(path, {**entry, "state": method.state_dict()})
+            entry = self._ingest(method, conv, path)
         # Counted whether built now or earlier: the memory's cost is part of the run's cost.
         self.state.ingest_s += entry["ingest_s"]
         _merge_usage(self.state.ingest_usage, entry["usage"])
@@ -124,6 +114,46 @@ class Pipeline:
             if "concepts" in exported:
                 self.state.schemas[conv.sample_id] = set(exported["concepts"])
         return method
+
+    def _ingest(self, method, conv: Conversation, path: Path | None) -> dict:
+        """Ingest `conv` now; a resumable method starts after its last session checkpoint
+        (`<cache entry>.partial.json`) and writes a new one after every session."""
+        rng = rng_for(self.seed, conv.sample_id, -1, INGEST)
+        partial_path = path.with_name(path.stem + ".partial.json") if path and method.resumable else None
+        prior = {"ingest_s": 0.0, "usage": {}}
+        partial = self.cache.load(partial_path) if partial_path else None
+        if partial is not None:
+            method.load_state_dict(partial["state"])
+            method.resume_after_session = int(partial["session"])
+            rng.bit_generator.state = partial["rng"]
+            prior = partial
+            log.info("%s: resuming the ingest of %s after session %d (%s)", method.name, conv.sample_id,
+                     method.resume_after_session, partial_path)
+        before = self.llm.usage.snapshot().get("ingest", {})
+        start = time.perf_counter()
+
+        def spent() -> tuple[float, dict]:
+            after = self.llm.usage.snapshot().get("ingest", {})
+            usage = {"ingest": {k: after.get(k, 0) - before.get(k, 0) for k in after}}
+            _merge_usage(usage, prior["usage"])
+            return prior["ingest_s"] + time.perf_counter() - start, usage
+
+        if partial_path:
+            def checkpoint(session: int) -> None:
+                elapsed, usage = spent()
+                self.cache.save(partial_path, {"session": session, "rng": rng.bit_generator.state,
+                                               "ingest_s": elapsed, "usage": usage, "state": method.state_dict()})
+            method.session_checkpoint = checkpoint
+        with self.llm.usage.under("ingest"):
+            method.ingest(conv, rng)
+        method.session_checkpoint = None
+        elapsed, usage = spent()
+        entry = {"ingest_s": elapsed, "usage": usage, "stats": method.stats(), "settings": method.memory_settings()}
+        if path:
+            self.cache.save(path, {**entry, "state": method.state_dict()})
+        if partial_path:
+            partial_path.unlink(missing_ok=True)  # the whole memory is cached now
+        return entry
 
     # ------------------------------------------------------------------ answering
     def run(self, conversations: list[Conversation]) -> list[dict]:

@@ -3,11 +3,13 @@
     make bench                    # .venv/bin/python scripts/bench.py
     BENCH_FULL=1 make bench       # plus the wall time of a full LoCoMo SCG-Mem run
     BENCH_QUICK=1 make bench      # smaller slices (a smoke run of the benchmark itself)
+    BENCH_PARTS=prefix_cache make bench   # only some parts (comma-separated; default all but full)
 
 Measures, side by side in one run:
   constrained_step_ratio   time per decode step with the schema constraint / without it (same model,
                            prompts, batch; median over >= 50 steps) for schemas of 100 .. 20k concepts
   ingest_tokens_per_turn   LLM tokens per ingested turn, SCG-Mem and A-MEM on the same turns, and their ratio
+  prefix_cache             answers sharing one long context, prefix cache off / on (speedup, identical outputs)
   sweep_ratio              an 8-point k-sweep / a single run on the same slice (memory built once)
   turns_per_s, questions_per_s, peak_rss_mb   from the single run
 Goals (issue 6): step ratio <= 1.10, token ratio <= 0.5, sweep ratio <= 1.3, peak memory <= 4 GB,
@@ -33,6 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 FULL = os.environ.get("BENCH_FULL") == "1"
+PARTS = ("constrained_step", "prefix_cache", "ingest_tokens", "sweep")
+WANTED = [p for p in os.environ.get("BENCH_PARTS", ",".join(PARTS)).split(",") if p]
+if unknown := sorted(set(WANTED) - set(PARTS)):
+    sys.exit(f"error: BENCH_PARTS: unknown part(s) {unknown}; choose from {', '.join(PARTS)}")
 
 
 class StepTimer(LogitsProcessor):
@@ -266,36 +272,51 @@ def bench_full(tmp: Path) -> dict:
 def main() -> None:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     result = {"timestamp": stamp, "quick": QUICK, "torch_threads": torch.get_num_threads(),
-              "cpu_count": os.cpu_count()}
+              "cpu_count": os.cpu_count(), "parts": WANTED}
     llm = load_llm()
-    result["constrained_step"] = bench_constrained_step(llm)
-    result["prefix_cache"] = bench_prefix_cache(llm)
-    result["ingest_tokens"] = bench_ingest_tokens(llm)
+    if "constrained_step" in WANTED:
+        result["constrained_step"] = bench_constrained_step(llm)
+    if "prefix_cache" in WANTED:
+        result["prefix_cache"] = bench_prefix_cache(llm)
+    if "ingest_tokens" in WANTED:
+        result["ingest_tokens"] = bench_ingest_tokens(llm)
     with tempfile.TemporaryDirectory() as tmp:
-        result["sweep"] = bench_sweep(Path(tmp))
+        if "sweep" in WANTED:
+            result["sweep"] = bench_sweep(Path(tmp))
         if FULL:
             result["full_run"] = bench_full(Path(tmp))
     out = ROOT / "results" / "bench" / f"{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
-    rows = [
-        ("constrained_step_ratio (max over sizes)", result["constrained_step"]["constrained_step_ratio"], "<= 1.10"),
-        *[(f"  schema {k} concepts", v["constrained_step_ratio"], "") for k, v in result["constrained_step"]["sizes"].items()],
-        ("mask_overhead_ratio (free step + mask) / free", result["constrained_step"]["mask_overhead_ratio"], "<= 1.10"),
-        *[(f"  schema {k} concepts, mask ms", 1000 * v["mask_median_s"], "") for k, v in result["constrained_step"]["sizes"].items()],
-        ("prefix cache speedup, shared-context answers", result["prefix_cache"]["speedup"], ""),
-        ("  identical outputs (of prompts)", result["prefix_cache"]["identical_outputs"], str(result["prefix_cache"]["prompts"])),
-        ("ingest tokens/turn SCG-Mem", result["ingest_tokens"]["scgmem"]["tokens_per_turn"], ""),
-        ("ingest tokens/turn A-MEM", result["ingest_tokens"]["amem"]["tokens_per_turn"], ""),
-        ("ingest token ratio SCG-Mem/A-MEM", result["ingest_tokens"]["ratio_scgmem_over_amem"], "<= 0.5"),
-        ("sweep_ratio (8-point k sweep / single)", result["sweep"]["sweep_ratio"], "<= 1.3"),
-        ("  memory builds in the sweep", result["sweep"]["sweep_memory_builds"], "1"),
-        ("  answer calls served by the memo", result["sweep"]["sweep_answer_memo_hits"], str(result["sweep"]["sweep_answer_calls"])),
-        ("  floor: single + 7 points' answering", result["sweep"]["sweep_ratio_floor"], ""),
-        ("turns/s (ingest)", result["sweep"]["turns_per_s"], ""),
-        ("questions/s (answer)", result["sweep"]["questions_per_s"], ""),
-        ("peak RSS MB", result["sweep"]["peak_rss_mb"], "<= 4096"),
-    ]
+    rows = []
+    if "constrained_step" in result:
+        step = result["constrained_step"]
+        rows += [
+            ("constrained_step_ratio (max over sizes)", step["constrained_step_ratio"], "<= 1.10"),
+            *[(f"  schema {k} concepts", v["constrained_step_ratio"], "") for k, v in step["sizes"].items()],
+            ("mask_overhead_ratio (free step + mask) / free", step["mask_overhead_ratio"], "<= 1.10"),
+            *[(f"  schema {k} concepts, mask ms", 1000 * v["mask_median_s"], "") for k, v in step["sizes"].items()],
+        ]
+    if "prefix_cache" in result:
+        cache = result["prefix_cache"]
+        rows += [("prefix cache speedup, shared-context answers", cache["speedup"], ""),
+                 ("  identical outputs (of prompts)", cache["identical_outputs"], str(cache["prompts"]))]
+    if "ingest_tokens" in result:
+        tokens = result["ingest_tokens"]
+        rows += [("ingest tokens/turn SCG-Mem", tokens["scgmem"]["tokens_per_turn"], ""),
+                 ("ingest tokens/turn A-MEM", tokens["amem"]["tokens_per_turn"], ""),
+                 ("ingest token ratio SCG-Mem/A-MEM", tokens["ratio_scgmem_over_amem"], "<= 0.5")]
+    if "sweep" in result:
+        sweep = result["sweep"]
+        rows += [
+            ("sweep_ratio (8-point k sweep / single)", sweep["sweep_ratio"], "<= 1.3"),
+            ("  memory builds in the sweep", sweep["sweep_memory_builds"], "1"),
+            ("  answer calls served by the memo", sweep["sweep_answer_memo_hits"], str(sweep["sweep_answer_calls"])),
+            ("  floor: single + 7 points' answering", sweep["sweep_ratio_floor"], ""),
+            ("turns/s (ingest)", sweep["turns_per_s"], ""),
+            ("questions/s (answer)", sweep["questions_per_s"], ""),
+            ("peak RSS MB", sweep["peak_rss_mb"], "<= 4096"),
+        ]
     if FULL:
         rows.append(("full LoCoMo run, minutes", result["full_run"]["wall_min"], "<= 60"))
     print(f"{'measure':45s} {'value':>10s}  goal")

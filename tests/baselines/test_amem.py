@@ -279,3 +279,58 @@ def test_embedded_model_end_to_end(smollm, minilm, locomo_path):
     assert r.dia_ids and set(r.dia_ids) <= {t.dia_id for t in session.turns}
     assert smollm.count_tokens(r.context) <= 600
     json.dumps(amem.state_dict())
+
+
+# ----------------------------------------------------------------------------- resumable ingest
+THREE_SESSIONS = conversation([
+    [("Caroline", "I went to a LGBTQ support group yesterday."), ("Melanie", "I painted a sunrise by the lake.")],
+    [("Caroline", "I am researching adoption agencies."), ("Melanie", "We went camping with the kids.")],
+    [("Caroline", "My support group had a pride parade."), ("Melanie", "The kids loved the pottery class.")],
+])
+
+
+class Interrupt(Exception):
+    pass
+
+
+def evolving_llm(fail_on_session=None):
+    """Router whose evolution prompts strengthen links, and which can fail inside one session."""
+    reply = router(decision="DECISION: STRENGTHEN", strengthen="CONNECTIONS: 0\nTAGS: pride, art")
+
+    def script(prompt):
+        if fail_on_session is not None and f"{fail_on_session} May, 2023" in prompt:
+            raise Interrupt(prompt[:80])
+        return reply(prompt)
+    return ScriptedLLM(script)
+
+
+def test_pipeline_resumes_an_interrupted_ingest_from_its_last_session(tmp_path):
+    from scgmem.cache import MemoryCache
+    from scgmem.pipeline import Pipeline
+    from scgmem.protocols import AmemProtocol
+
+    def pipeline(llm, cache_dir, run_dir):
+        return Pipeline(llm=llm, embedder=BagEmbedder(), protocol=AmemProtocol(),
+                        method_factory=lambda: AMem(llm, BagEmbedder(), evo_threshold=2),
+                        run_dir=run_dir, cache=MemoryCache(cache_dir), seed=0, progress=False)
+
+    whole_llm = evolving_llm()
+    whole_pipeline = pipeline(whole_llm, tmp_path / "c1", tmp_path / "r1")
+    whole = whole_pipeline.build_memory(THREE_SESSIONS)
+
+    broken = evolving_llm(fail_on_session=3)
+    with pytest.raises(Interrupt):
+        pipeline(broken, tmp_path / "c2", tmp_path / "r2").build_memory(THREE_SESSIONS)
+    [partial] = (tmp_path / "c2").rglob("*.partial.json")
+    saved = json.loads(partial.read_text())
+    assert saved["session"] == 2 and len(saved["state"]["notes"]) == 4
+
+    again = evolving_llm()
+    resumed_pipeline = pipeline(again, tmp_path / "c2", tmp_path / "r2")
+    resumed = resumed_pipeline.build_memory(THREE_SESSIONS)
+    assert resumed.state_dict() == whole.state_dict()
+    assert not any((tmp_path / "c2").rglob("*.partial.json"))  # the whole memory is cached instead
+    # Only session 3 was asked about again, yet the run reports the whole ingest's cost.
+    assert 0 < len(again.prompts) < len(whole_llm.prompts)
+    assert not any("pottery" not in p and "pride parade" not in p and "Analyze" in p for p in again.prompts)
+    assert resumed_pipeline.state.ingest_usage == whole_pipeline.state.ingest_usage
