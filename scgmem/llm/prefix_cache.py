@@ -19,6 +19,7 @@ tokens) for one model; it never changes what is computed, only how often.
 from __future__ import annotations
 
 import copy
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -66,6 +67,7 @@ class PrefixCache:
             raise ValueError("prefix cache bounds must be positive "
                              f"(min_tokens={min_tokens}, max_entries={max_entries}, max_tokens={max_tokens})")
         self.model = model
+        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.min_tokens = min_tokens
         self.max_entries = max_entries
         self.max_tokens = max_tokens
@@ -113,8 +115,9 @@ class PrefixCache:
         attention = torch.ones((1, len(prefix)), dtype=torch.long, device=device)
         positions = torch.arange(start, len(prefix), device=device)[None]
         # logits_to_keep=1: the prefix's logits are never used (a full 8K x 49K float matrix is 1.6 GB).
+        extra = {"logits_to_keep": 1} if self._keeps_logits else {}
         self.model(input_ids=ids, attention_mask=attention, position_ids=positions, cache=states,
-                   use_cache=True, logits_to_keep=1)
+                   use_cache=True, **extra)
         self.prefilled_tokens += len(prefix) - start
 
     # ------------------------------------------------------------------ bookkeeping
