@@ -89,6 +89,7 @@ class MemGPT(MemoryMethod):
     """
 
     name = "memgpt"
+    resumable = True  # checkpoints after every session (per-turn ingest is days of CPU)
 
     def __init__(self, llm, embedder, window: int = 8192, core_char_limit: int = 2000, warning_frac: float = 0.75,
                  summary_frac: float = 0.75, keep_last: int = 3, ingest_steps: int = 3, qa_steps: int = 5,
@@ -275,11 +276,14 @@ class MemGPT(MemoryMethod):
     # ------------------------------------------------------------------ ingest
     def ingest(self, conversation: Conversation, rng: np.random.Generator) -> None:
         self.speakers = (conversation.speaker_a, conversation.speaker_b)
-        self.recall_store = RecallStorage()
-        self.toolbox = self._toolbox()
-        state = self._fresh_state()
-        bar = tqdm(conversation.sessions, desc=f"MemGPT {conversation.sample_id}", unit="session", leave=False,
-                   mininterval=5)
+        if self.resume_after_session:  # load_state_dict gave the state after that session
+            state = self.snapshot
+        else:
+            self.recall_store = RecallStorage()
+            self.toolbox = self._toolbox()
+            state = self._fresh_state()
+        bar = tqdm(self.sessions_to_ingest(conversation), desc=f"MemGPT {conversation.sample_id}", unit="session",
+                   leave=False, mininterval=5)
         for session in bar:
             for turn in session.turns:
                 self.recall_store.add(turn.dia_id, turn.date_time, turn.speaker,
@@ -296,6 +300,8 @@ class MemGPT(MemoryMethod):
             log.info("MemGPT %s session %d: queue %d msgs, %d archival passages, %d summaries",
                      conversation.sample_id, session.index, len(state.queue), len(state.archival.passages),
                      self.counters.get("summaries", 0))
+            self.snapshot = state  # what state_dict saves
+            self.session_done(session.index)
         self.snapshot = state
 
     # ------------------------------------------------------------------ questions

@@ -428,3 +428,19 @@ def test_embedded_model_end_to_end(smollm, minilm, locomo_path):
         assert smollm.count_tokens(r.context) <= 1500 and r.dia_ids
         assert set(r.dia_ids) <= {t.dia_id for s in small.sessions for t in s.turns}
     json.dumps(m.state_dict())
+
+
+@pytest.mark.parametrize("mode", ["per_session", "per_turn"])
+def test_ingest_resumes_from_a_session_checkpoint(mode):
+    whole = agent([send()], ingest_mode=mode)
+    saved = {}
+    whole.session_checkpoint = lambda index: saved.setdefault(index, json.loads(json.dumps(whole.state_dict())))
+    whole.ingest(CONV, RNG)
+    assert sorted(saved) == [1, 2] and saved[2] == json.loads(json.dumps(whole.state_dict()))
+    resumed = agent([send()], ingest_mode=mode)
+    resumed.load_state_dict(saved[1])
+    resumed.resume_after_session = 1
+    resumed.ingest(CONV, RNG)
+    assert resumed.state_dict() == whole.state_dict()
+    # Only session 2's steps ran again.
+    assert resumed.llm.usage.snapshot()["other"]["calls"] < whole.llm.usage.snapshot()["other"]["calls"]
