@@ -282,6 +282,9 @@ class MemGPT(MemoryMethod):
             self.recall_store = RecallStorage()
             self.toolbox = self._toolbox()
             state = self._fresh_state()
+        # state_dict saves self.snapshot; every step below mutates this one object in place, so
+        # each session checkpoint (session_done) and the final state see it without reassigning.
+        self.snapshot = state
         bar = tqdm(self.sessions_to_ingest(conversation), desc=f"MemGPT {conversation.sample_id}", unit="session",
                    leave=False, mininterval=5)
         for session in bar:
@@ -300,9 +303,7 @@ class MemGPT(MemoryMethod):
             log.info("MemGPT %s session %d: queue %d msgs, %d archival passages, %d summaries",
                      conversation.sample_id, session.index, len(state.queue), len(state.archival.passages),
                      self.counters.get("summaries", 0))
-            self.snapshot = state  # what state_dict saves
             self.session_done(session.index)
-        self.snapshot = state
 
     # ------------------------------------------------------------------ questions
     def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
