@@ -25,8 +25,8 @@ agent once on a "session ended" alert.
 
 Questions: each starts from the post-ingest snapshot (questions are independent), gets
 ``Question: {q}`` and runs until send_message or the step cap; the context is core memory,
-the summary, this loop's search results and the FIFO tail. Questions run in lock-step, so
-step s of every question is one batched `generate` call.
+the summary, this loop's search results and the FIFO tail. Questions run one after the
+other, each its whole heartbeat chain (see `_run` for why not in lock-step).
 """
 from __future__ import annotations
 
@@ -251,26 +251,26 @@ class MemGPT(MemoryMethod):
         return heartbeat, name, params, result
 
     def _run(self, states: list[AgentState], cap: int) -> list[list[tuple[str | None, dict, ToolResult]]]:
-        """Heartbeat chains for several states in lock-step: step s of all is one generate call."""
-        outcomes: list[list[tuple[str | None, dict, ToolResult]]] = [[] for _ in states]
-        active = list(range(len(states)))
+        """The heartbeat chain of each state, one state after the other."""
+        # Not in lock-step: a batch shares only the prefix common to all its rows, and rows diverge
+        # early, since a step that edits core memory or archival storage rewrites the system prompt
+        # (it holds both); every later batched step then prefilled ~7K tokens per row. Run one at a
+        # time, a step's prompt extends the previous step's, so the prefix cache prefills only the
+        # new messages, and every question's first step reuses the post-ingest prompt.
+        return [self._chain(state, cap) for state in states]
+
+    def _chain(self, state: AgentState, cap: int) -> list[tuple[str | None, dict, ToolResult]]:
+        outcomes: list[tuple[str | None, dict, ToolResult]] = []
         for step in range(cap):
-            if not active:
+            [[gen]] = self.llm.generate([self._prepare(state)], max_new_tokens=self.step_tokens, temperature=0.0)
+            heartbeat, name, params, result = self._apply(state, gen.text)
+            outcomes.append((name, params, result))
+            if not heartbeat:
                 break
-            prompts = [self._prepare(states[i]) for i in active]
-            gens = self.llm.generate(prompts, max_new_tokens=self.step_tokens, temperature=0.0)
-            still = []
-            for i, gen in zip(active, gens):
-                heartbeat, name, params, result = self._apply(states[i], gen[0].text)
-                outcomes[i].append((name, params, result))
-                if not heartbeat:
-                    continue
-                if step + 1 < cap:
-                    self._append(states[i], "heartbeat", REQ_HEARTBEAT if result.ok else FAILED_HEARTBEAT)
-                    still.append(i)
-                else:
-                    self._count("step_cap_hit")
-            active = still
+            if step + 1 == cap:
+                self._count("step_cap_hit")
+                break
+            self._append(state, "heartbeat", REQ_HEARTBEAT if result.ok else FAILED_HEARTBEAT)
         return outcomes
 
     # ------------------------------------------------------------------ ingest
