@@ -252,11 +252,12 @@ class MemGPT(MemoryMethod):
 
     def _run(self, states: list[AgentState], cap: int) -> list[list[tuple[str | None, dict, ToolResult]]]:
         """The heartbeat chain of each state, one state after the other."""
-        # Not in lock-step: a batch shares only the prefix common to all its rows, and rows diverge
-        # early, since a step that edits core memory or archival storage rewrites the system prompt
-        # (it holds both); every later batched step then prefilled ~7K tokens per row. Run one at a
-        # time, a step's prompt extends the previous step's, so the prefix cache prefills only the
-        # new messages, and every question's first step reuses the post-ingest prompt.
+        # Not in lock-step: post-ingest prompts of ~7K tokens make every batch one row anyway
+        # (model.max_batch_tokens), and interleaved rows evict each other from the prefix cache
+        # (it holds about two such prompts), so each step prefilled its question's earlier steps
+        # again. One chain at a time, a step's prompt extends the previous step's, the newest
+        # cache entry, and only the new messages are prefilled (py-spy on conv-26: decoding, not
+        # prefill, is most of a step, so this buys ~10%, not more).
         return [self._chain(state, cap) for state in states]
 
     def _chain(self, state: AgentState, cap: int) -> list[tuple[str | None, dict, ToolResult]]:
