@@ -26,7 +26,7 @@ agent once on a "session ended" alert.
 Questions: each starts from the post-ingest snapshot (questions are independent), gets
 ``Question: {q}`` and runs until send_message or the step cap; the context is core memory,
 the summary, this loop's search results and the FIFO tail. Questions run one after the
-other, each its whole heartbeat chain (see `_run` for why not in lock-step).
+other, each its whole heartbeat chain (see `recall_batch` for why not in lock-step).
 """
 from __future__ import annotations
 
@@ -250,17 +250,8 @@ class MemGPT(MemoryMethod):
         heartbeat = requested or not result.ok or (previous_was_user and name not in (None, "send_message"))
         return heartbeat, name, params, result
 
-    def _run(self, states: list[AgentState], cap: int) -> list[list[tuple[str | None, dict, ToolResult]]]:
-        """The heartbeat chain of each state, one state after the other."""
-        # Not in lock-step: post-ingest prompts of ~7K tokens make every batch one row anyway
-        # (model.max_batch_tokens), and interleaved rows evict each other from the prefix cache
-        # (it holds about two such prompts), so each step prefilled its question's earlier steps
-        # again. One chain at a time, a step's prompt extends the previous step's, the newest
-        # cache entry, and only the new messages are prefilled (py-spy on conv-26: decoding, not
-        # prefill, is most of a step, so this buys ~10%, not more).
-        return [self._chain(state, cap) for state in states]
-
-    def _chain(self, state: AgentState, cap: int) -> list[tuple[str | None, dict, ToolResult]]:
+    def _run(self, state: AgentState, cap: int) -> list[tuple[str | None, dict, ToolResult]]:
+        """One heartbeat chain: steps until no heartbeat is asked for or `cap` steps ran."""
         outcomes: list[tuple[str | None, dict, ToolResult]] = []
         for step in range(cap):
             [[gen]] = self.llm.generate([self._prepare(state)], max_new_tokens=self.step_tokens, temperature=0.0)
@@ -296,10 +287,10 @@ class MemGPT(MemoryMethod):
                 state.since_insert.append(turn.dia_id)
                 state.now = turn.date_time
                 if self.ingest_mode == "per_turn":
-                    self._run([state], self.ingest_steps)
+                    self._run(state, self.ingest_steps)
             if self.ingest_mode == "per_session" and session.turns:
                 self._append(state, "alert", SESSION_END)
-                self._run([state], self.ingest_steps)
+                self._run(state, self.ingest_steps)
                 self.deviations["ingest_per_session"] += 1
             log.info("MemGPT %s session %d: queue %d msgs, %d archival passages, %d summaries",
                      conversation.sample_id, session.index, len(state.queue), len(state.archival.passages),
@@ -315,7 +306,12 @@ class MemGPT(MemoryMethod):
         states = [self.snapshot.clone() for _ in questions]  # every question starts post-ingest
         for state, q in zip(states, questions):
             self._append(state, "question", f"Question: {q}")
-        outcomes = self._run(states, self.qa_steps)
+        # One chain after the other, not in lock-step: post-ingest prompts of ~7K tokens make
+        # every batch one row anyway (model.max_batch_tokens), and interleaved chains evict each
+        # other from the prefix cache (it holds about two such prompts). One at a time, a step's
+        # prompt extends the previous step's, the newest cache entry. Decoding, not prefill, is
+        # most of a step (py-spy on conv-26: ~83% vs ~16%), so 8 questions still took ~34 min.
+        outcomes = [self._run(state, self.qa_steps) for state in states]
         out = []
         for q, state, steps, budget in zip(questions, states, outcomes, budget_tokens):
             results = [r for name, _, r in steps if name in SEARCH_FUNCTIONS and r.ok]

@@ -315,7 +315,7 @@ def test_search_in_the_loop_is_used_without_fallback():
     original = m.llm.generate
     m.llm.generate = lambda prompts, **kw: calls.append(len(prompts)) or original(prompts, **kw)
     rs = m.recall_batch(["q1", "q2", "q3"], budget_tokens=[3000] * 3, rngs=[RNG] * 3)
-    assert calls == [1] * 6  # one question at a time, two steps each (prefix reuse; MemGPT._run)
+    assert calls == [1] * 6  # one question at a time, two steps each (MemGPT.recall_batch)
     for r in rs:
         assert not r.extras["fallback_used"] and r.extras["qa_steps"] == 2
         assert "Search results:" in r.context and "We went camping with the kids." in r.context
