@@ -77,8 +77,9 @@ class ReadAgent(MemoryMethod):
         gist_max_ratio: a gist with >= this x the page's words is replaced (spec: 0.8).
         fallback_gist_words: words kept per turn in a replacement gist (spec: 12).
         gist_strip_repeats: drop repeated lines from gists (counted deviation; False = as generated).
-        retrieved_ids: "context" (every turn whose raw text or gist is in the context, the
-            harness's definition of `retrieved`) or "expanded" (only re-read pages, spec section 2).
+        retrieved_ids: "expanded" (default, spec section 2 "ids": only the re-read pages count as
+            retrieved) or "context" (every turn whose raw text or gist is in the context; every
+            page's gist is always shown, so evidence recall is ~1 by construction).
     """
 
     name = "readagent"
@@ -88,7 +89,7 @@ class ReadAgent(MemoryMethod):
                  lookup_fallback: str = "none", gist_max_new_tokens: int = 192,
                  pagination_max_new_tokens: int = 32, lookup_max_new_tokens: int = 48,
                  gist_max_ratio: float = 0.8, fallback_gist_words: int = 12,
-                 gist_strip_repeats: bool = True, retrieved_ids: str = "context") -> None:
+                 gist_strip_repeats: bool = True, retrieved_ids: str = "expanded") -> None:
         super().__init__(llm, embedder)
         if word_limit <= 0:
             raise ValueError(f"method.word_limit must be positive, got {word_limit}")
@@ -169,7 +170,8 @@ class ReadAgent(MemoryMethod):
         words = sum(count_words(p[0]) for p in self.paragraphs)
         gist_words = sum(count_words(g) for g in self.gists)
         return {"deviations": dict(self.deviations), "lookup": self.lookup,
-                "lookup_fallback": self.lookup_fallback, "paragraphs": len(self.paragraphs),
+                "lookup_fallback": self.lookup_fallback, "retrieved_ids": self.retrieved_ids,
+                "paragraphs": len(self.paragraphs),
                 "pages": len(self.pages), "words": words, "gist_words": gist_words, **self.counters}
 
     def _count(self, key: str, n: int = 1) -> None:

@@ -167,7 +167,7 @@ def test_gist_of_just_under_the_ratio_is_kept():
 
 # ---------------------------------------------------------------------------- look-up
 def test_bracket_lookup_expands_pages_in_place():
-    agent, llm = ingested(lookup_reply="I want to look up Page [2, 0] to check.")
+    agent, llm = ingested(lookup_reply="I want to look up Page [2, 0] to check.", retrieved_ids="context")
     r = agent.recall("What did A say?", budget_tokens=10_000, rng=np.random.default_rng(0))
     blocks = r.context.split("<Page ")[1:]
     assert [b.split(">")[0] for b in blocks] == ["0", "1", "2", "3"]  # page order kept
@@ -179,10 +179,17 @@ def test_bracket_lookup_expands_pages_in_place():
     assert agent.counters["pages_expanded"] == 2
 
 
-def test_retrieved_ids_expanded_only():
-    agent, _ = ingested(lookup_reply="Page [2]", retrieved_ids="expanded")
+def test_retrieved_ids_are_only_the_reread_pages_by_default():
+    agent, _ = ingested(lookup_reply="Page [2]")
     r = agent.recall("q", budget_tokens=10_000, rng=None)
+    assert "short gist" in r.context  # the other pages' gists are shown but not counted
     assert r.dia_ids == [f"D1:{t}" for t in range(13, 19)]
+    assert agent.stats()["retrieved_ids"] == "expanded"
+
+
+def test_retrieved_ids_empty_when_nothing_is_reread():
+    agent, _ = ingested(lookup_reply="The answer is probably yes!!")
+    assert agent.recall("q", budget_tokens=10_000, rng=None).dia_ids == []
 
 
 def test_lenient_lookup_parse_is_a_counted_deviation():
@@ -314,7 +321,7 @@ def test_end_to_end_on_smollm_first_two_sessions(smollm, minilm, locomo_path):
     conv = replace(conv, sessions=conv.sessions[:2])
     # Gists capped at 64 tokens (default 192) to keep this test to a few minutes on 2 shared CPU
     # cores; `scgmem-run method=readagent` runs the defaults.
-    agent = ReadAgent(smollm, minilm, lookup_fallback="embed", gist_max_new_tokens=64)
+    agent = ReadAgent(smollm, minilm, lookup_fallback="embed", gist_max_new_tokens=64, retrieved_ids="context")
     t0 = time.perf_counter()
     agent.ingest(conv, np.random.default_rng(0))
     ingest_s = time.perf_counter() - t0
