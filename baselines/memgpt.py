@@ -316,14 +316,15 @@ class MemGPT(MemoryMethod):
         for q, state, steps, budget in zip(questions, states, outcomes, budget_tokens):
             results = [r for name, _, r in steps if name in SEARCH_FUNCTIONS and r.ok]
             fallback = not results
+            extras = {"fallback_used": fallback, "qa_steps": len(steps)}
             if fallback:  # spec, tiny LLM: the agent ran no search
                 self.deviations["qa_search_fallback"] += 1
+                extras["fallback_query"] = longest_content_word(q, self.speakers)
                 for name, args in (("archival_memory_search", {"query": q}),
-                                   ("conversation_search", {"query": longest_content_word(q)})):
+                                   ("conversation_search", {"query": extras["fallback_query"]})):
                     results.append(self.toolbox.call(name, args, state.core, state.archival, state.now, []))
             drafts = [p.get("message") for name, p, r in steps if name == "send_message" and r.ok]
             context, ids = self.context(state, results, budget)
-            extras = {"fallback_used": fallback, "qa_steps": len(steps)}
             if drafts and isinstance(drafts[-1], str):
                 extras["draft"] = drafts[-1][:500]
             out.append(Recall(context, ids, extras))

@@ -104,9 +104,16 @@ def parse_call(raw: str) -> tuple[dict[str, Any] | None, str]:
     return {"function": match.group(1), "params": params}, "regex"
 
 
-def longest_content_word(question: str) -> str:
-    """The fallback conversation_search query: the question's longest non-stop word."""
-    words = [w for w in re.findall(r"[A-Za-z0-9']+", question) if w.lower() not in QUESTION_STOP]
+def longest_content_word(question: str, names: tuple[str, ...] = ()) -> str:
+    """The fallback conversation_search query: the question's longest non-stop word that is not a name.
+
+    Recall entries are matched as "speaker - text", so a speaker's name (or "Caroline's") matches
+    every turn of that speaker and the search returns their oldest turns: names are skipped.
+    With no word left the query is the question itself (a sentence-long substring: no results).
+    """
+    skip = QUESTION_STOP | {n.lower() for n in names}
+    words = [w for w in re.findall(r"[A-Za-z0-9']+", question)
+             if w.lower() not in skip and re.sub(r"'s?$", "", w.lower()) not in skip]
     return max(words, key=len) if words else question.strip()
 
 

@@ -296,11 +296,22 @@ def test_qa_fallback_when_no_search_is_counted_and_used():
                         budget_tokens=[2000, 2000], rngs=[RNG, RNG])
     assert m.deviations["qa_search_fallback"] == 2
     assert all(r.extras["fallback_used"] for r in rs) and rs[0].extras["draft"] == "no idea"
-    assert longest_content_word("What did Melanie paint by the lake?") == "Melanie"
-    # archival is empty; conversation_search("Melanie") matches her two turns (speaker included)
-    assert "Search results:\nNo results found.\nShowing 2 of 2 results (page 0/0)" in rs[0].context
+    assert [r.extras["fallback_query"] for r in rs] == ["paint", "researched"]  # names skipped
+    # archival is empty; conversation_search("paint") finds Melanie's "I painted a sunrise..."
+    assert "Search results:\nNo results found.\nShowing 1 of 1 results (page 0/0)" in rs[0].context
     assert "D1:2" in rs[0].dia_ids
     assert "adoption" in rs[1].context.lower()
+
+
+def test_fallback_word_is_never_a_speaker_name():
+    names = ("Caroline", "Melanie")
+    # "Caroline" (8 letters) and "Caroline's" would win on length and match all her turns
+    assert longest_content_word("What did Caroline paint?", names) == "paint"
+    assert longest_content_word("What is Caroline's favourite book?", names) == "favourite"
+    assert longest_content_word("When did Melanie meet Caroline?", names) == "meet"
+    assert longest_content_word("What did Caroline paint?") == "Caroline"  # without names: the old pick
+    # nothing but names left: the question itself (a substring search that finds nothing)
+    assert longest_content_word("Who is Caroline?", names) == "Who is Caroline?"
 
 
 def test_search_in_the_loop_is_used_without_fallback():
