@@ -16,7 +16,7 @@ import logging
 import sys
 from pathlib import Path
 
-from scgmem.report import figures, tables
+from scgmem.report import figures, tables, writers
 from scgmem.report.collect import NoRunsError, collect, newest_sweep
 from scgmem.report.paper import PaperTable
 
@@ -52,7 +52,7 @@ def report(experiment: str, args) -> dict[str, list[Path]]:
         fallback = args.paper_model or ("llama3.2-1b" if experiment == "table1" else "qwen2.5-3b")
         table = build(runs, paper, default_paper_model=None if fallback == "none" else fallback, **kw)
         table.notes.append(note)
-        made["tables"] = tables.write_table(table, out / "tables")
+        made["tables"] = writers.write_table(table, out / "tables")
         if experiment == "table1":
             made["figures"] = figures.cost_vs_f1(runs, out / "figures")
     elif experiment == "fig3":

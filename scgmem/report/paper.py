@@ -4,17 +4,22 @@ The CSVs hold exactly what was typed from a source (results/paper/README.md): a 
 is a number we could not read from any source, never a guess. Two things are *computed*
 here and flagged wherever they are printed:
 
-- "derived" (†): an Average the source does not print (A-MEM reports a ranking, not an
-  average), computed as the paper defines it: the unweighted mean of the category values,
-  rounded half-up to two decimals (21.325 -> 21.33, the value quoted for A-MEM on Qwen2.5-3B;
-  results/paper/README.md).
+- "derived" (†): an Average the source does not print (Table 2 prints none), computed as
+  the paper defines it: the unweighted mean of the category values, rounded half-up to two
+  decimals in exact decimal arithmetic (the rule that reproduces all 24 averages Table 1
+  prints, e.g. 11.935 -> 11.94; results/paper/README.md).
 - "secondary" (‡): a number read from a secondary summary of the SCG-Mem paper, not from the
-  paper itself (source key `scgmem_secondary`).
+  paper itself (source key `scgmem_secondary`; none is used now that the paper's text is read).
+- "mismatch" (§): a relative change the paper prints (Table 1's "Improvement (%)", Table 2's
+  "Performance Drop") that differs from the one recomputed from the paper's own rows
+  (`scgmem.report.tables`).
+
+Relative rows are typed as printed, in percent: `improvement` in table1.csv, and
+`drop_<variant>` in table2.csv (`RELATIVE_ROWS`).
 """
 from __future__ import annotations
 
 import csv
-import math
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -22,7 +27,8 @@ from pathlib import Path
 METRICS = ("f1", "bleu1")
 METRIC_TITLES = {"f1": "F1", "bleu1": "BLEU-1"}
 CATEGORY_TITLES = {"multi_hop": "Multi-hop", "temporal": "Temporal", "open_domain": "Open-domain",
-                   "single_hop": "Single-hop", "adversarial": "Adversarial", "average": "Average"}
+                   "single_hop": "Single-hop", "adversarial": "Adversarial", "average": "Average",
+                   "overall_weighted": "Overall (weighted)"}
 # Table 1 rows in the paper's order; full_context is the paper's "LoCoMo" row.
 METHOD_TITLES = {"full_context": "LoCoMo", "readagent": "ReadAgent", "memorybank": "MemoryBank",
                  "memgpt": "MemGPT", "amem": "A-MEM", "scgmem": "SCG-Mem"}
@@ -35,8 +41,16 @@ VARIANTS = {(True, True): "full", (False, True): "no_constraint", (True, False):
             (False, False): "no_both"}
 VARIANT_TITLES = {"full": "SCG-Mem (full)", "no_constraint": "w/o Cognitive Constraint",
                   "no_evolution": "w/o Evolutionary Update", "no_both": "w/o both (not in the paper)"}
-FLAG_MARKS = {"": "", "derived": "†", "secondary": "‡"}
+FLAG_MARKS = {"": "", "derived": "†", "secondary": "‡", "mismatch": "§"}
 SECONDARY_SOURCES = ("scgmem_secondary",)
+# Printed relative rows: Table 1's "Improvement (%)" per model; Table 2's "Performance Drop" per ablation.
+IMPROVEMENT_ROW = "improvement"
+RELATIVE_ROWS = (IMPROVEMENT_ROW, "drop_no_constraint", "drop_no_evolution")
+
+
+def drop_row(variant: str) -> str:
+    """table2.csv row holding the paper's printed drop of `variant`, e.g. "drop_no_constraint"."""
+    return f"drop_{variant}"
 
 
 def column(category: str, metric: str) -> str:
@@ -100,8 +114,9 @@ class PaperTable:
         if category == "average" and categories:
             parts = [self.value(model, row_key, c, metric) for c in categories]
             if parts and all(p is not None for p in parts):
-                # Rounded half-up to the paper's two decimals, as the paper prints (21.325 -> 21.33).
-                mean = float(Decimal(repr(math.fsum(p.value for p in parts) / len(parts)))
-                             .quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+                # Exact decimal mean, rounded half-up to two decimals (repr gives the typed digits:
+                # a float mean would turn 11.935 into 11.934999... and round it down).
+                total = sum(Decimal(repr(p.value)) for p in parts) / len(parts)
+                mean = float(total.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
                 return PaperValue(mean, "secondary" if any(p.flag == "secondary" for p in parts) else "derived")
         return None

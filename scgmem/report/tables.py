@@ -1,9 +1,12 @@
 """Table 1 and Table 2 of the paper from finished runs, the paper's numbers beside ours.
 
-Table 1 (paper Section 4.2): per model, one row per method, F1 and BLEU-1 per category and
-their unweighted average, plus the paper's "Improvement" row (SCG-Mem relative to the
-strongest baseline of each column, in percent). Table 2 (Section 4.3): SCG-Mem and its
-ablations. Every cell carries
+Table 1 (paper Section 4.5): per model, one row per method, F1 and BLEU-1 per category, their
+unweighted average (the paper's "Average") and the question-weighted overall (LoCoMo's
+"Overall"; ours only, the paper prints none), plus the paper's "Improvement (%)" row (SCG-Mem
+relative to the strongest baseline of each column). Table 2 (Section 4.6): SCG-Mem and its
+ablations, each ablation followed by its "Performance Drop" (relative to the full model).
+Relative rows show the paper's printed value, flagged § where it differs from the value
+recomputed from the paper's own rows. Every cell carries
 
 - ours: the run's summary value (percent);
 - a bootstrap 95% CI over the run's questions (`scgmem.metrics.category_cis`; for the
@@ -12,21 +15,23 @@ ablations. Every cell carries
 
 Below each block, a paired bootstrap (`scgmem.metrics.paired_bootstrap`, questions matched
 by (sample_id, qa_index)): SCG-Mem against the strongest baseline of each category (Table 1)
-or the full model against each ablation (Table 2). Writers: Markdown, CSV, LaTeX.
+or the full model against each ablation (Table 2). Writers: `scgmem.report.writers`.
 """
 from __future__ import annotations
 
-import csv
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from scgmem.metrics import category_cis, paired_bootstrap
+from scgmem.metrics import bootstrap_ci, category_cis, paired_bootstrap
 from scgmem.report.collect import Run, index_runs
-from scgmem.report.paper import (BASELINES, CATEGORY_TITLES, EXTRA_TITLES, FLAG_MARKS, METHOD_TITLES, METRIC_TITLES, METRICS,
-                                 PAPER_MODELS, VARIANT_TITLES, VARIANTS, PaperTable, column)
+from scgmem.report.paper import (BASELINES, EXTRA_TITLES, IMPROVEMENT_ROW, METHOD_TITLES, METRICS, PAPER_MODELS,
+                                 VARIANT_TITLES, VARIANTS, PaperTable, column, drop_row)
+
+# The question-weighted overall (LoCoMo's "Overall"); the paper prints no such column.
+OVERALL = "overall_weighted"
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +81,7 @@ class Table:
 
     @property
     def column_groups(self) -> list[str]:
-        return [*self.categories, "average"]
+        return [*self.categories, "average", OVERALL]
 
 
 def average_ci(records: list[dict], categories: dict[int, str], key: str, n_resamples: int = 1000,
@@ -117,17 +122,23 @@ def _our_row(run: Run, key: str, label: str, categories: list[str], n_resamples:
             ci = cis.get(cat, {}).get(metric)
             row.cells[column(cat, metric)] = Cell(ours=run.summary["categories"][cat][metric],
                                                   ci=tuple(ci) if ci else None)
+    scored = [r for r in run.records if int(r["category"]) in mapping]
     for metric in METRICS:
         row.cells[column("average", metric)] = Cell(
             ours=run.summary["average"][metric],
             ci=average_ci(run.records, mapping, metric, n_resamples=n_resamples, seed=seed))
+        # From the records, so that runs written before summary.json had `overall_weighted` show it too.
+        values = [100.0 * float(r[metric]) for r in scored]
+        row.cells[column(OVERALL, metric)] = Cell(
+            ours=float(np.mean(values)) if values else None,
+            ci=bootstrap_ci(values, n_resamples, seed) if values else None)
     return row
 
 
 def _add_paper(row: Row, paper: PaperTable, paper_model: str | None, key: str, categories: list[str]) -> None:
     if paper_model is None:
         return
-    for cat in [*categories, "average"]:
+    for cat in [*categories, "average"]:  # the paper has no weighted overall
         for metric in METRICS:
             value = paper.value(paper_model, key, cat, metric, categories)
             cell = row.cells.setdefault(column(cat, metric), Cell())
@@ -146,19 +157,50 @@ def _relative(new: float | None, best: float | None) -> float | None:
     return 100.0 * (new - best) / best
 
 
-def _improvement(rows: dict[str, Row], categories: list[str]) -> Row | None:
+def _relative_cell(ours: float | None, paper_new: float | None, paper_base: float | None,
+                   printed: float | None) -> Cell:
+    """A relative-change cell: ours, and the paper's printed value (flag "mismatch" when it differs
+    from the one recomputed from the paper's rows at the paper's one decimal), else the recomputed one."""
+    recomputed = _relative(paper_new, paper_base)
+    if printed is None:
+        return Cell(ours=ours, paper=recomputed, unit="%")
+    differs = recomputed is not None and round(recomputed, 1) != round(printed, 1)
+    return Cell(ours=ours, paper=printed, paper_flag="mismatch" if differs else "", unit="%")
+
+
+def _printed(paper: PaperTable, paper_model: str | None, row_key: str, col: str) -> float | None:
+    if paper_model is None:
+        return None
+    category, metric = col.rsplit("_", 1)
+    value = paper.value(paper_model, row_key, category, metric)
+    return None if value is None else value.value
+
+
+def _improvement(rows: dict[str, Row], table: Table, paper: PaperTable, paper_model: str | None) -> Row | None:
     """SCG-Mem relative to the strongest baseline of each column, ours and the paper's."""
     scg = rows.get("scgmem")
     if scg is None:
         return None
-    out = Row(key="improvement", label="Improvement (%)")
-    for col in (column(c, m) for c in [*categories, "average"] for m in METRICS):
+    out = Row(key=IMPROVEMENT_ROW, label="Improvement (%)")
+    for col in (column(c, m) for c in table.column_groups for m in METRICS):
         ours = [r.cells[col].ours for k, r in rows.items() if k in BASELINES and r.cells.get(col)]
-        paper = [r.cells[col].paper for k, r in rows.items() if k in BASELINES and r.cells.get(col)]
-        ours, paper = [v for v in ours if v is not None], [v for v in paper if v is not None]
-        out.cells[col] = Cell(ours=_relative(scg.cells[col].ours, max(ours, default=None)),
-                              paper=_relative(scg.cells[col].paper, max(paper, default=None)),
-                              paper_flag=scg.cells[col].paper_flag, unit="%")
+        theirs = [r.cells[col].paper for k, r in rows.items() if k in BASELINES and r.cells.get(col)]
+        ours, theirs = [v for v in ours if v is not None], [v for v in theirs if v is not None]
+        scg_cell = scg.cells.get(col, Cell())
+        out.cells[col] = _relative_cell(_relative(scg_cell.ours, max(ours, default=None)), scg_cell.paper,
+                                        max(theirs, default=None), _printed(paper, paper_model, IMPROVEMENT_ROW, col))
+        if scg_cell.paper_flag == "secondary" and out.cells[col].paper is not None:
+            out.cells[col].paper_flag = "secondary"
+    return out
+
+
+def _drop(full: Row, ablation: Row, table: Table, paper: PaperTable, paper_model: str | None) -> Row:
+    """Table 2's "Performance Drop": the ablation relative to the full model, ours and the paper's."""
+    out = Row(key=drop_row(ablation.key), label="Performance Drop (%)")
+    for col in (column(c, m) for c in table.column_groups for m in METRICS):
+        f, a = full.cells.get(col, Cell()), ablation.cells.get(col, Cell())
+        out.cells[col] = _relative_cell(_relative(a.ours, f.ours), a.paper, f.paper,
+                                        _printed(paper, paper_model, drop_row(ablation.key), col))
     return out
 
 
@@ -217,7 +259,7 @@ def build_table1(runs: list[Run], paper: PaperTable, *, default_paper_model: str
             rows[key] = (_our_row(run, key, label, categories, n_resamples, seed) if run else Row(key=key, label=label))
             _add_paper(rows[key], paper, block.paper_model, key, categories)
         block.rows = list(rows.values())
-        improvement = _improvement(rows, categories)
+        improvement = _improvement(rows, table, paper, block.paper_model)
         if improvement is not None:
             block.rows.append(improvement)
         block.paired = _paired_vs_strongest(methods, categories, n_resamples, seed)
@@ -274,6 +316,9 @@ def build_table2(runs: list[Run], paper: PaperTable, *, default_paper_model: str
                    else Row(key=key, label=VARIANT_TITLES[key]))
             _add_paper(row, paper, block.paper_model, key, categories)
             block.rows.append(row)
+            full = next((r for r in block.rows if r.key == "full"), None)
+            if key != "full" and full is not None:
+                block.rows.append(_drop(full, row, table, paper, block.paper_model))
         if "full" in variants:
             for key in VARIANT_TITLES:
                 if key != "full" and key in variants:
@@ -281,141 +326,3 @@ def build_table2(runs: list[Run], paper: PaperTable, *, default_paper_model: str
                                                     n_resamples, seed))
         table.blocks.append(block)
     return table
-
-
-# ---------------------------------------------------------------- writers
-
-def _fmt(v: float | None, unit: str = "", signed: bool = False) -> str:
-    if v is None:
-        return "–"
-    if unit == "%":
-        return f"{v:+.1f}%"
-    return f"{v:+.2f}" if signed else f"{v:.2f}"
-
-
-def _ours_text(cell: Cell, latex: bool = False) -> str:
-    text = _fmt(cell.ours, cell.unit)
-    if cell.ci is not None and cell.ours is not None:
-        ci = f"[{cell.ci[0]:.2f}, {cell.ci[1]:.2f}]"
-        text += f" {{\\scriptsize {ci}}}" if latex else f" {ci}"
-    return text
-
-
-def _paper_text(cell: Cell, latex: bool = False) -> str:
-    if cell.paper is None:
-        return "–"
-    mark = FLAG_MARKS[cell.paper_flag]
-    if latex and mark:
-        mark = {"†": "$^\\dagger$", "‡": "$^\\ddagger$"}[mark]
-    text = _fmt(cell.paper, cell.unit) + mark
-    if cell.unit != "%" and cell.diff is not None:
-        delta = "$\\Delta$" if latex else "Δ"
-        text += f" ({delta} {_fmt(cell.diff, signed=True)})"
-    return text
-
-
-def _columns(table: Table) -> list[tuple[str, str]]:
-    return [(cat, metric) for cat in table.column_groups for metric in METRICS]
-
-
-def _legend(table: Table) -> list[str]:
-    return ["Cells: ours [bootstrap 95% CI over questions]; next line: the paper's value (Δ = ours − paper). "
-            "Improvement: SCG-Mem relative to the strongest baseline of the column, as the paper computes it.",
-            "† the paper prints no average for this row: the unweighted mean of its category values. "
-            "‡ from a secondary summary of the SCG-Mem paper, not the paper itself (results/paper/README.md).",
-            *table.notes]
-
-
-def to_markdown(table: Table) -> str:
-    cols = _columns(table)
-    head = ["Method", "", *(f"{CATEGORY_TITLES.get(c, c)} {METRIC_TITLES[m]}" for c, m in cols), "n"]
-    lines = [f"## {table.title}", ""]
-    for block in table.blocks:
-        paper = block.paper_model or "none"
-        same = " (the paper did not run this model)" if block.paper_model not in (None, block.model) else ""
-        lines += [f"### {block.model} — paper numbers: {paper}{same}", "",
-                  "| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(cols) + 1)]
-        for row in block.rows:
-            cells = [row.cells.get(column(c, m), Cell()) for c, m in cols]
-            lines.append("| " + " | ".join([row.label, "ours", *(_ours_text(x) for x in cells),
-                                            "" if row.n is None else str(row.n)]) + " |")
-            lines.append("| " + " | ".join(["", "paper", *(_paper_text(x) for x in cells), ""]) + " |")
-        if block.paired:
-            lines += ["", f"Paired bootstrap ({block.model}): a − b in percent points over the questions both "
-                      "runs answered; p = share of resamples with a − b ≤ 0 (one-sided, a > b).", "",
-                      "| Category | Metric | a | b | n | a − b | 95% CI | p |", "|---|---|---|---|---:|---:|---:|---:|"]
-            for p in block.paired:
-                ci = "–" if p["ci_low"] is None else f"[{p['ci_low']:+.2f}, {p['ci_high']:+.2f}]"
-                pv = "–" if p["p_value"] is None else f"{p['p_value']:.3f}"
-                lines.append(f"| {CATEGORY_TITLES.get(p['category'], p['category'])} | {METRIC_TITLES[p['metric']]} "
-                             f"| {p['a']} | {p['b']} | {p['n']} | {_fmt(p['diff'], signed=True)} | {ci} | {pv} |")
-        lines.append("")
-    lines += [f"- {note}" for note in _legend(table)]
-    return "\n".join(lines) + "\n"
-
-
-CSV_FIELDS = ("table", "model", "paper_model", "row", "label", "category", "metric", "unit", "ours", "ci_low",
-              "ci_high", "paper", "paper_flag", "diff", "n", "run_dir")
-PAIRED_FIELDS = ("table", "model", "category", "metric", "a", "b", "n", "unmatched", "diff", "ci_low", "ci_high",
-                 "p_value")
-
-
-def to_records(table: Table) -> tuple[list[dict], list[dict]]:
-    """Tidy rows (one per cell) and the paired-bootstrap rows, for CSV and wandb."""
-    cells, paired = [], []
-    for block in table.blocks:
-        for row in block.rows:
-            for (cat, metric) in _columns(table):
-                c = row.cells.get(column(cat, metric), Cell())
-                cells.append({"table": table.name, "model": block.model, "paper_model": block.paper_model,
-                              "row": row.key, "label": row.label, "category": cat, "metric": metric,
-                              "unit": c.unit or "points", "ours": c.ours, "ci_low": c.ci[0] if c.ci else None,
-                              "ci_high": c.ci[1] if c.ci else None, "paper": c.paper, "paper_flag": c.paper_flag,
-                              "diff": c.diff, "n": row.n, "run_dir": row.run_dir})
-        paired += [{"table": table.name, "model": block.model, **{k: p[k] for k in PAIRED_FIELDS[2:]}}
-                   for p in block.paired]
-    return cells, paired
-
-
-def _latex_escape(text: str) -> str:
-    return text.replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("%", "\\%").replace("&", "\\&")
-
-
-def to_latex(table: Table) -> str:
-    """One booktabs tabular per model: an "ours" line (value and CI) and a "paper" line per row."""
-    cols = _columns(table)
-    groups = table.column_groups
-    out = [f"% {table.title}. Generated by scgmem-report; needs \\usepackage{{booktabs}}."]
-    for block in table.blocks:
-        out += ["\\begin{table}[t]", "\\centering", "\\scriptsize",
-                f"\\caption{{{_latex_escape(table.title)}: {_latex_escape(block.model)} "
-                f"(paper numbers: {_latex_escape(block.paper_model or 'none')}).}}",
-                "\\begin{tabular}{ll" + "rr" * len(groups) + "}", "\\toprule",
-                " & & " + " & ".join(f"\\multicolumn{{2}}{{c}}{{{CATEGORY_TITLES.get(g, g)}}}" for g in groups) + " \\\\",
-                " ".join(f"\\cmidrule(lr){{{3 + 2 * i}-{4 + 2 * i}}}" for i in range(len(groups))),
-                "Method & & " + " & ".join(METRIC_TITLES[m] for _, m in cols) + " \\\\", "\\midrule"]
-        for row in block.rows:
-            cells = [row.cells.get(column(c, m), Cell()) for c, m in cols]
-            ours = [_ours_text(x, latex=True).replace("%", "\\%") for x in cells]
-            out.append(f"{_latex_escape(row.label)} & ours & " + " & ".join(ours) + " \\\\")
-            out.append(" & paper & " + " & ".join(_paper_text(x, latex=True).replace("%", "\\%") for x in cells)
-                       + " \\\\")
-        out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
-    return "\n".join(out)
-
-
-def write_table(table: Table, out_dir: str | Path) -> list[Path]:
-    """Write <name>.md, <name>.csv, <name>_paired.csv and <name>.tex into `out_dir`; returns the paths."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cells, paired = to_records(table)
-    paths = [out_dir / f"{table.name}.md", out_dir / f"{table.name}.csv", out_dir / f"{table.name}_paired.csv",
-             out_dir / f"{table.name}.tex"]
-    paths[0].write_text(to_markdown(table), encoding="utf-8")
-    for path, rows, fields in ((paths[1], cells, CSV_FIELDS), (paths[2], paired, PAIRED_FIELDS)):
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows(rows)
-    paths[3].write_text(to_latex(table), encoding="utf-8")
-    return paths

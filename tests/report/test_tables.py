@@ -12,7 +12,8 @@ from scgmem.metrics import bootstrap_ci, paired_bootstrap
 from scgmem.report import cli
 from scgmem.report.collect import NoRunsError, collect, load_run, newest_sweep
 from scgmem.report.paper import PaperTable
-from scgmem.report.tables import average_ci, build_table1, build_table2, to_latex, to_markdown, write_table
+from scgmem.report.tables import average_ci, build_table1, build_table2
+from scgmem.report.writers import to_latex, to_markdown, write_table
 from tests.report import rec, write_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,8 +177,13 @@ def test_table2_variants_and_ablation_pairs(tmp_path):
     paper = PaperTable(PAPER_DIR / "table2.csv", "variant")
     table = build_table2(collect(sweep), paper, n_resamples=50)
     block = _block(table)
-    assert [r.key for r in block.rows] == ["full", "no_constraint", "no_evolution"]
+    assert [r.key for r in block.rows] == ["full", "no_constraint", "drop_no_constraint", "no_evolution",
+                                           "drop_no_evolution"]
     assert _row(block, "no_constraint").cells["multi_hop_f1"].ours == pytest.approx(50.0)
+    # Performance Drop: ours (50 - 75) / 75 = -33.3%; the paper's printed -39.5% (17.23 vs 28.49).
+    drop = _row(block, "drop_no_constraint").cells["multi_hop_f1"]
+    assert drop.ours == pytest.approx(-100 / 3) and drop.paper == -39.5 and drop.paper_flag == ""
+    assert _row(block, "full").cells["average_f1"].paper == 41.48  # derived: Table 2 prints no average
     assert [p["b"] for p in block.paired[::8]] == ["no_constraint", "no_evolution"]  # the paper's row order
     pairs = {(p["b"], p["category"], p["metric"]): p for p in block.paired}
     # full (scgmem values) - no_evolution (full_context values), single-hop: 100 - 25.
@@ -204,11 +210,13 @@ def test_writers(table1_runs, paper_csv, tmp_path):
 def test_paper_csvs_hold_the_typed_source():
     paper = PaperTable(PAPER_DIR / "table1.csv", "method")
     assert paper.models == ["qwen2.5-1.5b", "qwen2.5-3b", "llama3.2-1b", "llama3.2-3b"]
-    baseline_rows = [k for k, row in paper.rows.items() if row["source"] == "amem_t1"]
+    baseline_rows = [k for k, row in paper.rows.items() if row["source"] == "scgmem_t1+amem_t1"]
     assert len(baseline_rows) == 20  # 4 models x 5 baselines, every cell typed
     for key in baseline_rows:
-        for col in ("multi_hop", "temporal", "single_hop", "adversarial"):
+        for col in ("multi_hop", "temporal", "open_domain", "single_hop", "adversarial", "average"):
             assert paper.value(*key, col, "f1") is not None and paper.value(*key, col, "bleu1") is not None
+    assert paper.value("llama3.2-3b", "scgmem", "temporal", "f1").value == 49.35
+    assert paper.value("qwen2.5-1.5b", "improvement", "adversarial", "bleu1").value == 57.7
     # Spot checks against A-MEM Table 1 (results/paper/README.md) and its known anomaly.
     assert paper.value("qwen2.5-3b", "amem", "multi_hop", "f1").value == 12.57
     assert paper.value("llama3.2-1b", "full_context", "adversarial", "bleu1").value == 48.27
@@ -218,7 +226,9 @@ def test_paper_csvs_hold_the_typed_source():
     # The average the SCG-Mem paper quotes for A-MEM on Qwen2.5-3B (21.33) is the mean of the four.
     assert paper.value("qwen2.5-3b", "amem", "average", "f1", cats).value == 21.33  # 21.325, half-up
     table2 = PaperTable(PAPER_DIR / "table2.csv", "variant")
-    assert set(k for _, k in table2.rows) == {"full", "no_constraint", "no_evolution"}
+    assert set(k for _, k in table2.rows) == {"full", "no_constraint", "no_evolution", "drop_no_constraint",
+                                              "drop_no_evolution"}
+    assert table2.value("qwen2.5-3b", "drop_no_evolution", "temporal", "f1").value == -20.1
 
 
 def test_collect_and_newest_sweep(tmp_path):

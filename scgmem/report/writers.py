@@ -1,0 +1,153 @@
+"""Writers of the report's tables (`scgmem.report.tables.Table`): Markdown, tidy CSV, LaTeX.
+
+Each row prints two lines, "ours" (value and bootstrap CI) and "paper" (the paper's value,
+its flag mark from `scgmem.report.paper.FLAG_MARKS`, and ours − paper).
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from scgmem.report.paper import CATEGORY_TITLES, FLAG_MARKS, METRIC_TITLES, METRICS, column
+from scgmem.report.tables import Cell, Table
+
+
+def _fmt(v: float | None, unit: str = "", signed: bool = False) -> str:
+    if v is None:
+        return "–"
+    if unit == "%":
+        return f"{v:+.1f}%"
+    return f"{v:+.2f}" if signed else f"{v:.2f}"
+
+
+def _ours_text(cell: Cell, latex: bool = False) -> str:
+    text = _fmt(cell.ours, cell.unit)
+    if cell.ci is not None and cell.ours is not None:
+        ci = f"[{cell.ci[0]:.2f}, {cell.ci[1]:.2f}]"
+        text += f" {{\\scriptsize {ci}}}" if latex else f" {ci}"
+    return text
+
+
+def _paper_text(cell: Cell, latex: bool = False) -> str:
+    if cell.paper is None:
+        return "–"
+    mark = FLAG_MARKS[cell.paper_flag]
+    if latex and mark:
+        mark = {"†": "$^\\dagger$", "‡": "$^\\ddagger$", "§": "\\S{}"}[mark]
+    text = _fmt(cell.paper, cell.unit) + mark
+    if cell.unit != "%" and cell.diff is not None:
+        delta = "$\\Delta$" if latex else "Δ"
+        text += f" ({delta} {_fmt(cell.diff, signed=True)})"
+    return text
+
+
+def _columns(table: Table) -> list[tuple[str, str]]:
+    return [(cat, metric) for cat in table.column_groups for metric in METRICS]
+
+
+def _legend(table: Table) -> list[str]:
+    return ["Cells: ours [bootstrap 95% CI over questions]; next line: the paper's value (Δ = ours − paper). "
+            "Improvement: SCG-Mem relative to the strongest baseline of the column, as the paper computes it; "
+            "Performance Drop: the ablation relative to the full model.",
+            "Average: the paper's Average, the unweighted mean of the category means. Overall (weighted): "
+            "LoCoMo's Overall, the mean over all scored questions (each category weighted by its question "
+            "count); the paper prints none.",
+            "† the paper prints no average for this row: the unweighted mean of its category values. "
+            "‡ from a secondary summary of the SCG-Mem paper, not the paper itself. "
+            "§ printed by the paper, but its own rows give another value (results/paper/README.md).",
+            *table.notes]
+
+
+def to_markdown(table: Table) -> str:
+    cols = _columns(table)
+    head = ["Method", "", *(f"{CATEGORY_TITLES.get(c, c)} {METRIC_TITLES[m]}" for c, m in cols), "n"]
+    lines = [f"## {table.title}", ""]
+    for block in table.blocks:
+        paper = block.paper_model or "none"
+        same = " (the paper did not run this model)" if block.paper_model not in (None, block.model) else ""
+        lines += [f"### {block.model} — paper numbers: {paper}{same}", "",
+                  "| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(cols) + 1)]
+        for row in block.rows:
+            cells = [row.cells.get(column(c, m), Cell()) for c, m in cols]
+            lines.append("| " + " | ".join([row.label, "ours", *(_ours_text(x) for x in cells),
+                                            "" if row.n is None else str(row.n)]) + " |")
+            lines.append("| " + " | ".join(["", "paper", *(_paper_text(x) for x in cells), ""]) + " |")
+        if block.paired:
+            lines += ["", f"Paired bootstrap ({block.model}): a − b in percent points over the questions both "
+                      "runs answered; p = share of resamples with a − b ≤ 0 (one-sided, a > b).", "",
+                      "| Category | Metric | a | b | n | a − b | 95% CI | p |", "|---|---|---|---|---:|---:|---:|---:|"]
+            for p in block.paired:
+                ci = "–" if p["ci_low"] is None else f"[{p['ci_low']:+.2f}, {p['ci_high']:+.2f}]"
+                pv = "–" if p["p_value"] is None else f"{p['p_value']:.3f}"
+                lines.append(f"| {CATEGORY_TITLES.get(p['category'], p['category'])} | {METRIC_TITLES[p['metric']]} "
+                             f"| {p['a']} | {p['b']} | {p['n']} | {_fmt(p['diff'], signed=True)} | {ci} | {pv} |")
+        lines.append("")
+    lines += [f"- {note}" for note in _legend(table)]
+    return "\n".join(lines) + "\n"
+
+
+CSV_FIELDS = ("table", "model", "paper_model", "row", "label", "category", "metric", "unit", "ours", "ci_low",
+              "ci_high", "paper", "paper_flag", "diff", "n", "run_dir")
+PAIRED_FIELDS = ("table", "model", "category", "metric", "a", "b", "n", "unmatched", "diff", "ci_low", "ci_high",
+                 "p_value")
+
+
+def to_records(table: Table) -> tuple[list[dict], list[dict]]:
+    """Tidy rows (one per cell) and the paired-bootstrap rows, for CSV and wandb."""
+    cells, paired = [], []
+    for block in table.blocks:
+        for row in block.rows:
+            for (cat, metric) in _columns(table):
+                c = row.cells.get(column(cat, metric), Cell())
+                cells.append({"table": table.name, "model": block.model, "paper_model": block.paper_model,
+                              "row": row.key, "label": row.label, "category": cat, "metric": metric,
+                              "unit": c.unit or "points", "ours": c.ours, "ci_low": c.ci[0] if c.ci else None,
+                              "ci_high": c.ci[1] if c.ci else None, "paper": c.paper, "paper_flag": c.paper_flag,
+                              "diff": c.diff, "n": row.n, "run_dir": row.run_dir})
+        paired += [{"table": table.name, "model": block.model, **{k: p[k] for k in PAIRED_FIELDS[2:]}}
+                   for p in block.paired]
+    return cells, paired
+
+
+def _latex_escape(text: str) -> str:
+    return text.replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("%", "\\%").replace("&", "\\&")
+
+
+def to_latex(table: Table) -> str:
+    """One booktabs tabular per model: an "ours" line (value and CI) and a "paper" line per row."""
+    cols = _columns(table)
+    groups = table.column_groups
+    out = [f"% {table.title}. Generated by scgmem-report; needs \\usepackage{{booktabs}}."]
+    for block in table.blocks:
+        out += ["\\begin{table}[t]", "\\centering", "\\scriptsize",
+                f"\\caption{{{_latex_escape(table.title)}: {_latex_escape(block.model)} "
+                f"(paper numbers: {_latex_escape(block.paper_model or 'none')}).}}",
+                "\\begin{tabular}{ll" + "rr" * len(groups) + "}", "\\toprule",
+                " & & " + " & ".join(f"\\multicolumn{{2}}{{c}}{{{CATEGORY_TITLES.get(g, g)}}}" for g in groups) + " \\\\",
+                " ".join(f"\\cmidrule(lr){{{3 + 2 * i}-{4 + 2 * i}}}" for i in range(len(groups))),
+                "Method & & " + " & ".join(METRIC_TITLES[m] for _, m in cols) + " \\\\", "\\midrule"]
+        for row in block.rows:
+            cells = [row.cells.get(column(c, m), Cell()) for c, m in cols]
+            ours = [_ours_text(x, latex=True).replace("%", "\\%") for x in cells]
+            out.append(f"{_latex_escape(row.label)} & ours & " + " & ".join(ours) + " \\\\")
+            out.append(" & paper & " + " & ".join(_paper_text(x, latex=True).replace("%", "\\%") for x in cells)
+                       + " \\\\")
+        out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
+    return "\n".join(out)
+
+
+def write_table(table: Table, out_dir: str | Path) -> list[Path]:
+    """Write <name>.md, <name>.csv, <name>_paired.csv and <name>.tex into `out_dir`; returns the paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cells, paired = to_records(table)
+    paths = [out_dir / f"{table.name}.md", out_dir / f"{table.name}.csv", out_dir / f"{table.name}_paired.csv",
+             out_dir / f"{table.name}.tex"]
+    paths[0].write_text(to_markdown(table), encoding="utf-8")
+    for path, rows, fields in ((paths[1], cells, CSV_FIELDS), (paths[2], paired, PAIRED_FIELDS)):
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+    paths[3].write_text(to_latex(table), encoding="utf-8")
+    return paths
