@@ -7,6 +7,11 @@ The flow (ARCHITECTURE.md)::
             -> predictions.jsonl (appended, fsynced per chunk)
     -> summary.json
 
+Each conversation is a job of a `BatchingFront` (scgmem.llm.scheduler): up to
+`parallel_conversations` of them are in flight, and their LLM requests meet in shared batches
+at points fixed by the programs alone, so predictions.jsonl (its lines and their order) is the
+same on every rerun. With 1, conversations run one after another, as plain calls of the model.
+
 Questions are processed in fixed chunks of `answer_batch_size` taken from the full list
 of a conversation's scored questions, and each question's randomness derives from
 (seed, sample_id, qa_index); so a rerun after a crash recomputes exactly the records
@@ -14,6 +19,7 @@ that are missing, with the same values an uninterrupted run would have written.
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 import zlib
@@ -25,6 +31,7 @@ from tqdm import tqdm
 
 from scgmem.cache import MemoryCache, memory_key
 from scgmem.data.locomo import Conversation, scored_questions
+from scgmem.llm.scheduler import BatchingFront
 from scgmem.memory import MemoryMethod
 from scgmem.metrics import evidence_recall
 from scgmem.records import PredictionWriter, read_predictions, write_json_atomic
@@ -68,18 +75,26 @@ def _merge_usage(total: dict, part: dict) -> None:
 class Pipeline:
     """Args:
         llm, embedder, protocol: instantiated components.
-        method_factory: `() -> MemoryMethod`, one fresh object per conversation.
+        method_factory: `(llm) -> MemoryMethod`, one fresh object per conversation, built on the
+            `llm` it is given (its conversation's view of the model); a factory without arguments
+            keeps the model it closed over, unbatched.
         run_dir: where predictions.jsonl, memory/ and summary.json go.
         cache: the memory cache.
-        seed, answer_batch_size, answer_margin_tokens, questions_per_category, progress: see config.yaml.
+        seed, answer_batch_size, answer_margin_tokens, questions_per_category, progress,
+            parallel_conversations: see config.yaml.
     """
 
     def __init__(self, *, llm, embedder, protocol, method_factory, run_dir: Path, cache: MemoryCache,
                  seed: int, answer_batch_size: int = 8, answer_margin_tokens: int = 16,
-                 questions_per_category: int | None = None, progress: bool = True) -> None:
+                 questions_per_category: int | None = None, progress: bool = True,
+                 parallel_conversations: int = 1) -> None:
         if answer_batch_size <= 0:
             raise ValueError(f"run.answer_batch_size must be positive, got {answer_batch_size}")
-        self.llm, self.embedder, self.protocol = llm, embedder, protocol
+        if not isinstance(parallel_conversations, int) or parallel_conversations <= 0:
+            raise ValueError(f"run.parallel_conversations must be a positive int, got {parallel_conversations!r}")
+        self._llm, self.embedder, self.protocol = llm, embedder, protocol
+        self.front = BatchingFront(llm)
+        self.parallel_conversations = parallel_conversations
         self.method_factory = method_factory
         self.run_dir = Path(run_dir)
         self.cache = cache
@@ -90,10 +105,22 @@ class Pipeline:
         self.progress = progress
         self.state = RunState()
 
+    @property
+    def llm(self):
+        """The model as the current conversation sees it: its job's view inside `run`, else the model."""
+        worker = self.front.current()
+        return worker.llm if worker is not None else self._llm
+
+    def clock(self) -> float:
+        """Seconds for timing: inside `run`, those attributed to the current conversation (its own
+        work plus its rows' share of each shared call), so per-conversation times add up to the run's."""
+        worker = self.front.current()
+        return worker.clock() if worker is not None else time.perf_counter()
+
     # ------------------------------------------------------------------ ingestion
     def build_memory(self, conv: Conversation):
         """A method object holding the memory of `conv`: from the cache, or ingested now."""
-        method = self.method_factory()
+        method = self.method_factory(self.llm) if _takes_argument(self.method_factory) else self.method_factory()
         cacheable = type(method).state_dict is not MemoryMethod.state_dict
         path = self.cache.path(method, memory_key(method, self.llm, self.seed, conv), conv.sample_id) \
             if cacheable else None
@@ -130,13 +157,13 @@ class Pipeline:
             log.info("%s: resuming the ingest of %s after session %d (%s)", method.name, conv.sample_id,
                      method.resume_after_session, partial_path)
         before = self.llm.usage.snapshot().get("ingest", {})
-        start = time.perf_counter()
+        start = self.clock()
 
         def spent() -> tuple[float, dict]:
             after = self.llm.usage.snapshot().get("ingest", {})
             usage = {"ingest": {k: after.get(k, 0) - before.get(k, 0) for k in after}}
             _merge_usage(usage, prior["usage"])
-            return prior["ingest_s"] + time.perf_counter() - start, usage
+            return prior["ingest_s"] + self.clock() - start, usage
 
         if partial_path:
             def checkpoint(session: int) -> None:
@@ -170,20 +197,25 @@ class Pipeline:
         plan = [(c, scored_questions(c, self.protocol.categories, self.questions_per_category)) for c in conversations]
         total = sum(len(qs) for _, qs in plan)
         bar = tqdm(total=total, initial=len(done), desc="questions", disable=not self.progress)
-        try:
-            for conv, questions in plan:
+
+        def conversation_job(conv, questions):
+            def job():
                 method = self.build_memory(conv)
                 for start in range(0, len(questions), self.answer_batch_size):
                     chunk = questions[start:start + self.answer_batch_size]
                     if all((q.sample_id, q.index) in done for q in chunk):
                         continue
-                    t0 = time.perf_counter()
+                    t0 = self.clock()
                     new = [r for r in self.answer_chunk(method, chunk) if (r["sample_id"], r["qa_index"]) not in done]
-                    self.state.answer_s += time.perf_counter() - t0
-                    writer.write(new)
+                    self.state.answer_s += self.clock() - t0
+                    writer.write(new)  # one job runs at a time, so lines never interleave
                     records.extend(new)
                     bar.update(len(new))
                 self.state.method_stats[conv.sample_id] = method.stats()
+            return job
+
+        try:
+            self.front.run([conversation_job(conv, qs) for conv, qs in plan], width=self.parallel_conversations)
         finally:
             writer.close()
             bar.close()
@@ -196,11 +228,11 @@ class Pipeline:
         empty = [self.protocol.build_prompt(q, "", rng_for(self.seed, q.sample_id, q.index, PROMPT)) for q in chunk]
         budgets = [self.llm.context_window - self.llm.count_tokens(self.llm.render(p.messages))
                    - p.max_new_tokens - self.answer_margin_tokens for p in empty]
-        t0 = time.perf_counter()
+        t0 = self.clock()
         with self.llm.usage.under("recall"):
             recalls = method.recall_batch([q.question for q in chunk], budget_tokens=budgets,
                                           rngs=[rng_for(self.seed, q.sample_id, q.index, RECALL) for q in chunk])
-        recall_s = (time.perf_counter() - t0) / len(chunk)
+        recall_s = (self.clock() - t0) / len(chunk)
         prompts = [self.protocol.build_prompt(q, r.context, rng) for q, r, rng in zip(chunk, recalls, prompt_rngs)]
         rendered = [self.llm.render(p.messages) for p in prompts]
         answers: list[str] = [""] * len(chunk)
@@ -211,12 +243,12 @@ class Pipeline:
         for i, p in enumerate(prompts):
             groups.setdefault((p.temperature, p.max_new_tokens), []).append(i)
         for (temperature, max_new), idx in groups.items():
-            t1 = time.perf_counter()
+            t1 = self.clock()
             with self.llm.usage.under("answer"):
                 gens = self.llm.generate(
                     [rendered[i] for i in idx], max_new_tokens=max_new, temperature=temperature,
                     seeds=[derive_seed(self.seed, chunk[i].sample_id, chunk[i].index, SAMPLING) for i in idx])
-            share = (time.perf_counter() - t1) / len(idx)
+            share = (self.clock() - t1) / len(idx)
             for i, g in zip(idx, gens):
                 answers[i] = g[0].text
                 prompt_tokens[i] = g[0].n_prompt_tokens
@@ -237,3 +269,10 @@ class Pipeline:
             record.update(r.extras)
             records.append(record)
         return records
+
+
+def _takes_argument(factory) -> bool:
+    try:
+        return len(inspect.signature(factory).parameters) > 0
+    except (TypeError, ValueError):
+        return False

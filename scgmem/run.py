@@ -99,6 +99,9 @@ def evaluate(cfg: DictConfig) -> dict:
     qpc = cfg.data.questions_per_category
     if qpc is not None and (not isinstance(qpc, int) or qpc <= 0):
         raise UsageError(f"data.questions_per_category must be a positive int, got {qpc!r}")
+    parallel = cfg.run.get("parallel_conversations", 1)
+    if not isinstance(parallel, int) or isinstance(parallel, bool) or parallel <= 0:
+        raise UsageError(f"run.parallel_conversations must be a positive int, got {parallel!r}")
     check_run_dir(run_dir, cfg)
 
     protocol = _instantiate(cfg.protocol, "protocol", categories=categories)
@@ -111,10 +114,11 @@ def evaluate(cfg: DictConfig) -> dict:
     _instantiate(cfg.method, f"method={method_name}", llm=llm, embedder=embedder)  # fail fast on bad values
     pipeline = Pipeline(
         llm=llm, embedder=embedder, protocol=protocol,
-        method_factory=lambda: instantiate(cfg.method, llm=llm, embedder=embedder),
+        method_factory=lambda conversation_llm: instantiate(cfg.method, llm=conversation_llm, embedder=embedder),
         run_dir=run_dir, cache=MemoryCache(Path(cfg.run.cache_dir), cfg.run.use_memory_cache), seed=cfg.seed,
         answer_batch_size=cfg.run.answer_batch_size, answer_margin_tokens=cfg.run.answer_margin_tokens,
         questions_per_category=qpc, progress=cfg.run.progress,
+        parallel_conversations=parallel,
     )
     records = pipeline.run(conversations)
     summary = build_summary(

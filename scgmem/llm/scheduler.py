@@ -1,0 +1,286 @@
+"""A deterministic batching front between the memory methods and the one model.
+
+Jobs (one per conversation) are written as sequential programs: `method.ingest(conv)` calls
+`llm.generate` deep inside its loops. Each job runs in its own thread and sees a `WorkerLLM`,
+whose `generate` hands the request to the front and waits. Threads were chosen over
+coroutines or explicit request lists because they leave every method's code unchanged.
+
+What makes the threads deterministic is a baton: exactly one thread runs at any moment.
+
+1. Live workers run one at a time, in job order, each until it asks the model or finishes.
+   A finished job's slot goes to the next job, which also runs until it asks or finishes,
+   so at most `width` jobs are alive (that bounds memory).
+2. When no worker can run (every live one waits on the model), the waiting requests are
+   grouped by phase and decoding settings (max_new_tokens, temperature, beams, stop, ...),
+   in order of the first worker of each group. Each group is one call of the real
+   `generate` (which splits it into batches of `model.batch_size` rows and
+   `model.max_batch_tokens` padded tokens); the results go back and step 1 repeats.
+
+A batch therefore depends only on what the programs ask, never on timing. With width 1 each
+request reaches the backend unchanged, so outputs equal those of calling the model directly.
+Calls with extra logits processors (SCG-Mem's schema constraint) carry per-call state tied
+to their rows, so they are never merged: each is its own group.
+
+The real model, its usage meter and every `generate` run on the thread that called `run`;
+the tokenizer is used by the workers, one at a time. Usage is counted twice: in the real
+meter by phase (exactly as without the front), and per worker in `WorkerLLM.usage`
+(a merged call's counts are shared out by rows and tokens, exact to the call).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from scgmem.llm.usage import UsageMeter
+
+# Which weight shares a merged call's count among its requests (default: rows).
+_TOKEN_WEIGHTS = {"prompt_tokens": "prompt", "cached_prompt_tokens": "prompt", "generated_tokens": "generated"}
+
+
+class Cancelled(BaseException):
+    """Raised inside a worker whose run was abandoned (another job failed); not an `Exception`,
+    so a method's error handling does not swallow it."""
+
+
+@dataclass
+class _Request:
+    prompts: list[str]
+    kwargs: dict
+    phase: str
+
+    def group_key(self, worker_index: int) -> tuple:
+        if self.kwargs.get("processors") is not None:
+            return ("alone", worker_index)
+        settings = tuple(sorted((k, _frozen(v)) for k, v in self.kwargs.items() if k not in ("seeds", "processors")))
+        return (self.phase, self.kwargs.get("seeds") is None, settings)
+
+
+def _frozen(value):
+    return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
+@dataclass
+class _Worker:
+    index: int
+    job: Callable[[], Any]
+    front: "BatchingFront"
+    state: str = "ready"  # ready | waiting | done
+    request: _Request | None = None
+    reply: Any = None
+    reply_error: BaseException | None = None
+    result: Any = None
+    error: BaseException | None = None
+    clock_s: float = 0.0  # seconds attributed to this job: its own running time + its share of calls
+    resumed_at: float = 0.0
+    go: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
+
+    def __post_init__(self) -> None:
+        self.llm = WorkerLLM(self)
+        self.thread = threading.Thread(target=self._main, daemon=True, name=f"scgmem-job-{self.index}")
+        self.thread.start()
+
+    def _main(self) -> None:
+        self.go.acquire()
+        self.front._local.worker = self
+        try:
+            if self.front._cancelled:
+                raise Cancelled()
+            self.result = self.job()
+        except BaseException as e:  # handed to the front, which re-raises it on its thread
+            self.error = e
+        finally:
+            self.clock_s += time.perf_counter() - self.resumed_at
+            self.state = "done"
+            self.front._baton.release()
+
+    def clock(self) -> float:
+        return self.clock_s + time.perf_counter() - self.resumed_at
+
+
+class WorkerLLM:
+    """What a job sees as its `llm`: the real model's attributes, its own usage meter, a
+    `generate` that waits for the front, and `clock()` (seconds attributed to the job)."""
+
+    def __init__(self, worker: _Worker) -> None:
+        self._worker = worker
+        self.usage = UsageMeter()
+
+    def __getattr__(self, name):
+        return getattr(self._worker.front.llm, name)
+
+    def generate(self, prompts: Sequence[str], **kwargs) -> list:
+        return self._worker.front._submit(self._worker, _Request(list(prompts), kwargs, self.usage.phase))
+
+    def clock(self) -> float:
+        return self._worker.clock()
+
+
+class BatchingFront:
+    """Args:
+        llm: the real model (`scgmem.llm.LLM` or a stand-in with the same `generate`).
+
+    `calls` / `rows`: per phase, how many real `generate` calls were made and how many prompts
+    they carried (the measure of batching).
+    """
+
+    def __init__(self, llm) -> None:
+        self.llm = llm
+        self.calls: dict[str, int] = {}
+        self.rows: dict[str, int] = {}
+        self._local = threading.local()
+        self._baton = threading.Semaphore(0)
+        self._cancelled = False
+
+    def current(self) -> _Worker | None:
+        """The worker of the calling thread (None outside any job)."""
+        return getattr(self._local, "worker", None)
+
+    # ------------------------------------------------------------------ running jobs
+    def run(self, jobs: Sequence[Callable[[], Any]], width: int) -> list:
+        """Run `jobs` with at most `width` alive at once; returns their results in job order.
+        The first job to fail stops the others (they see `Cancelled`) and its error is raised."""
+        if width <= 0:
+            raise ValueError(f"run.parallel_conversations must be positive, got {width}")
+        if self.current() is not None:
+            raise RuntimeError("BatchingFront.run cannot be nested inside one of its jobs")
+        self._cancelled = False
+        queue = deque(enumerate(jobs))
+        results: list = [None] * len(jobs)
+        live: list[_Worker] = []
+        try:
+            while queue or live:
+                while True:  # step 1: run everyone who can run, refilling freed slots
+                    while queue and len(live) < width:
+                        index, job = queue.popleft()
+                        live.append(_Worker(index, job, self))
+                    ready = [w for w in live if w.state == "ready"]
+                    if not ready:
+                        break
+                    for w in ready:
+                        self._step(w)
+                    for w in live:
+                        if w.state == "done":
+                            if w.error is not None:
+                                raise w.error
+                            results[w.index] = w.result
+                    live = [w for w in live if w.state != "done"]
+                if live:  # step 2: everyone alive waits on the model
+                    self._serve(live)
+        except BaseException:
+            self._cancel(live)
+            raise
+        return results
+
+    def _step(self, worker: _Worker) -> None:
+        """Hand the baton to `worker` until it asks the model or finishes."""
+        worker.resumed_at = time.perf_counter()
+        worker.go.release()
+        self._baton.acquire()
+
+    def _submit(self, worker: _Worker, request: _Request) -> list:
+        if self._cancelled:
+            raise Cancelled()
+        worker.clock_s += time.perf_counter() - worker.resumed_at
+        worker.request, worker.state = request, "waiting"
+        self._baton.release()
+        worker.go.acquire()
+        worker.resumed_at = time.perf_counter()
+        if self._cancelled:
+            raise Cancelled()
+        reply, error = worker.reply, worker.reply_error
+        worker.reply = worker.reply_error = worker.request = None
+        if error is not None:
+            raise error
+        return reply
+
+    def _cancel(self, live: list[_Worker]) -> None:
+        """Let every live thread unwind (its `finally` blocks run) before returning."""
+        self._cancelled = True
+        for w in live:
+            if w.state != "done":
+                w.go.release()
+                self._baton.acquire()
+
+    # ------------------------------------------------------------------ serving requests
+    def _serve(self, waiting: list[_Worker]) -> None:
+        groups: dict[tuple, list[_Worker]] = {}
+        for w in waiting:  # job order, so the groups and their rows come in a fixed order
+            groups.setdefault(w.request.group_key(w.index), []).append(w)
+        for members in groups.values():
+            self._serve_group(members)
+
+    def _serve_group(self, members: list[_Worker]) -> None:
+        requests = [w.request for w in members]
+        if len(requests) == 1:
+            prompts, kwargs = requests[0].prompts, requests[0].kwargs
+        else:
+            prompts = [p for r in requests for p in r.prompts]
+            kwargs = dict(requests[0].kwargs)
+            if kwargs.get("seeds") is not None:
+                kwargs["seeds"] = [s for r in requests for s in r.kwargs["seeds"]]
+        phase = requests[0].phase
+        start = time.perf_counter()
+        try:
+            outs, delta = self._call(prompts, kwargs, phase)
+        except Exception as e:
+            if len(members) == 1:
+                members[0].reply_error = e
+                members[0].state = "ready"
+                return
+            # Which request broke a merged call is unknown: serve each alone, so the error
+            # reaches the job that caused it, as it would without the front.
+            for w in members:
+                self._serve_group([w])
+            return
+        elapsed = time.perf_counter() - start
+        replies, at = [], 0
+        for r in requests:
+            replies.append(outs[at:at + len(r.prompts)])
+            at += len(r.prompts)
+        shares = _share_usage(delta, requests, replies)
+        total_rows = sum(len(r.prompts) for r in requests)
+        for w, reply, share in zip(members, replies, shares):
+            w.llm.usage.merge({phase: share})
+            w.clock_s += elapsed * len(reply) / max(1, total_rows)
+            w.reply, w.state = reply, "ready"
+
+    def _call(self, prompts: list[str], kwargs: dict, phase: str) -> tuple[list, dict]:
+        usage = self.llm.usage
+        before = usage.snapshot().get(phase, {})
+        with usage.under(phase):
+            outs = self.llm.generate(prompts, **kwargs)
+        after = usage.snapshot().get(phase, {})
+        self.calls[phase] = self.calls.get(phase, 0) + 1
+        self.rows[phase] = self.rows.get(phase, 0) + len(prompts)
+        return outs, {k: after.get(k, 0) - before.get(k, 0) for k in after}
+
+
+def _share_usage(delta: dict, requests: list[_Request], replies: list[list]) -> list[dict]:
+    """Split one call's usage counts among its requests: rows for calls and flags, prompt and
+    generated tokens by each request's own generations (exact when those sum to the count)."""
+    weights = {
+        "rows": [len(r.prompts) for r in requests],
+        "prompt": [sum(g[0].n_prompt_tokens for g in reply) for reply in replies],
+        "generated": [sum(len(x.token_ids) for g in reply for x in g) for reply in replies],
+    }
+    shares: list[dict] = [{} for _ in requests]
+    for key, total in delta.items():
+        for share, part in zip(shares, _apportion(total, weights[_TOKEN_WEIGHTS.get(key, "rows")])):
+            share[key] = part
+    return shares
+
+
+def _apportion(total: int, weights: list[int]) -> list[int]:
+    """Integers proportional to `weights` that sum to `total` (largest remainder, ties to the first)."""
+    if sum(weights) <= 0:
+        weights = [1] * len(weights)
+    scale = sum(weights)
+    exact = [total * w / scale for w in weights]
+    parts = [int(x // 1) for x in exact]
+    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - parts[i]), i))
+    for i in order[:total - sum(parts)]:
+        parts[i] += 1
+    return parts
