@@ -23,10 +23,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList
+from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList, StoppingCriteriaList
+from transformers.generation.stopping_criteria import StopStringCriteria
 
+from scgmem.llm.chat_template import DEFAULT_DATE, DEFAULT_SYSTEM_PROMPT, ChatPolicy, render_messages, template_report
+from scgmem.llm.generation import SettingsLog, effective_settings, explicit_config, neutralise
 from scgmem.llm.loading import resolve_model_dir
-from scgmem.llm.prefix_cache import PrefixCache, batch_prefix_length
+from scgmem.llm.prefix_cache import PrefixCache, batch_prefix_length, cache_keyword, layout_batch
 from scgmem.llm.sampling import SeededGumbelSampler, TokenLogprobRecorder
 from scgmem.llm.usage import UsageMeter
 
@@ -52,12 +55,14 @@ class Generation:
             (after constraints, before temperature/sampling noise); for beam search the
             beam's cumulative score.
         n_prompt_tokens: tokens of the prompt.
+        cut: True when generation stopped at `max_new_tokens`, before EOS or a stop string.
     """
 
     text: str
     token_ids: list[int] = field(default_factory=list)
     logprob: float = 0.0
     n_prompt_tokens: int = 0
+    cut: bool = False
 
     @property
     def mean_logprob(self) -> float:
@@ -80,7 +85,11 @@ class LLM:
         max_batch_tokens: cap on batch rows x padded prompt length, so long prompts (a full
             8K-token transcript) go in small batches and memory stays bounded.
         cache_dir: where the de-quantised GGUF copy is kept (default ~/.cache/scgmem/models).
-        system_prompt: optional system message prepended by `render`.
+        system_prompt / date: the chat policy (`scgmem.llm.chat_template`): the system message of
+            every conversation that has none, and the date shown to templates that read one.
+            The protocol sets its own (`set_chat_policy`).
+        caps: per-model generation caps the method and protocol configs read (`model.caps.*`);
+            kept here only to be reported.
         prefix_cache: keep the KV states of shared prompt prefixes and prefill them once
             (`scgmem.llm.prefix_cache`); same outputs up to float rounding. Not used with beam search.
         prefix_cache_min_tokens / prefix_cache_max_tokens: shortest prefix worth reusing; most
@@ -104,7 +113,9 @@ class LLM:
         batch_size: int = 8,
         max_batch_tokens: int = 16384,
         cache_dir: str | None = None,
-        system_prompt: str | None = None,
+        system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+        date: str = DEFAULT_DATE,
+        caps: dict | None = None,
         num_threads: int | None = None,
         prefix_cache: bool = True,
         prefix_cache_min_tokens: int = 64,
@@ -123,8 +134,10 @@ class LLM:
         self.context_window = context_window
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens
-        self.system_prompt = system_prompt
+        self.chat = ChatPolicy(system_prompt, date)
+        self.caps = dict(caps or {})
         self.usage = UsageMeter()
+        self.settings_log = SettingsLog()
         model_dir = resolve_model_dir(path, gguf_package=gguf_package, gguf_dir=gguf_dir,
                                       gguf_file=gguf_file, cache_dir=cache_dir)
         self.source = str(model_dir)
@@ -139,6 +152,11 @@ class LLM:
         self.model.eval()
         self.device = self.model.device
         self.eos_token_ids = self._eos_ids()
+        # The checkpoint's decoding defaults (e.g. Qwen2.5's repetition_penalty 1.05) never apply:
+        # every call passes its complete configuration (scgmem.llm.generation).
+        self.model_generation_defaults = neutralise(self.model)
+        self._stop_criteria: dict[tuple[str, ...], StopStringCriteria] = {}
+        self._cache_keyword = cache_keyword(self.model)
         self.prefix_cache = (PrefixCache(self.model, min_tokens=prefix_cache_min_tokens,
                                          max_tokens=prefix_cache_max_tokens) if prefix_cache else None)
         if memo_entries < 0:
@@ -165,22 +183,31 @@ class LLM:
 
     def render(self, messages: str | list[dict], *, add_generation_prompt: bool = True,
                assistant_prefix: str = "") -> str:
-        """Render chat messages (or one user string) with the model's chat template.
+        """Render chat messages (or one user string) with the model's chat template under the
+        chat policy (explicit system message, fixed date).
 
         `assistant_prefix` is appended after the generation prompt, priming the answer
         (e.g. '{"function": ' for MemGPT's JSON calls).
         """
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
-        if self.system_prompt and messages[0]["role"] != "system":
-            messages = [{"role": "system", "content": self.system_prompt}, *messages]
-        if self.tokenizer.chat_template:
-            text = self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=add_generation_prompt)
-        else:  # plain models: a readable transcript
-            text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
-            text += "assistant: " if add_generation_prompt else ""
-        return text + assistant_prefix
+        return render_messages(self.tokenizer, messages, self.chat,
+                               add_generation_prompt=add_generation_prompt) + assistant_prefix
+
+    def set_chat_policy(self, policy: ChatPolicy) -> None:
+        self.chat = policy
+
+    @property
+    def prompt_fingerprint(self) -> str:
+        """Hash of a probe rendered under the current policy: prompts built from the same
+        messages are equal exactly when it is (a memory built under another one is not reused)."""
+        return template_report(self.tokenizer, self.chat)["probe_sha256"]
+
+    def generation_report(self) -> dict:
+        """For summary.json: effective settings per call kind, the checkpoint defaults that were
+        neutralised, the chat policy with the template hashes, and the caps of this model."""
+        return {"calls": self.settings_log.report(), "neutralised_model_defaults": self.model_generation_defaults,
+                "chat_template": template_report(self.tokenizer, self.chat), "caps": self.caps}
 
     # ------------------------------------------------------------------ generation
     @torch.inference_mode()
@@ -205,7 +232,8 @@ class LLM:
             processors: factory for extra logits processors (applied before sampling).
             num_beams / num_return_sequences: beam search (greedy within beams);
                 `length_penalty=0` ranks beams by their cumulative log-probability.
-            stop: strings at which the decoded text is cut.
+            stop: strings at which generation stops (checked during generation) and the
+                decoded text is cut.
         """
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
@@ -216,6 +244,14 @@ class LLM:
         if temperature > 0 and (seeds is None or len(seeds) != len(prompts)):
             raise ValueError("sampling needs one seed per prompt (seeds=...)")
         results: list[list[Generation]] = [None] * len(prompts)  # type: ignore[list-item]
+        config = explicit_config(max_new_tokens=max_new_tokens, num_beams=num_beams,
+                                 num_return_sequences=num_return_sequences, length_penalty=length_penalty,
+                                 eos_token_ids=self.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id)
+        names = [] if processors is None else [type(processors).__name__]  # e.g. SchemaDecoding
+        self.settings_log.record(
+            SettingsLog.kind(self.usage.phase, temperature=temperature, num_beams=num_beams, processors=names),
+            effective_settings(config), calls=len(prompts), max_new_tokens=max_new_tokens,
+            temperature=temperature, stop=tuple(stop))
         # A call with extra processors depends on their state (SCG-Mem's schema grows), so
         # only plain calls are memoised: (prompt, seed, decoding settings) -> generations.
         keys = [None] * len(prompts)
@@ -230,8 +266,7 @@ class LLM:
         for idx in self._batches(order, prompts, max_new_tokens):
             batch = [prompts[i] for i in idx]
             batch_seeds = [seeds[i] for i in idx] if seeds is not None else None
-            outs = self._generate_batch(batch, max_new_tokens, temperature, batch_seeds, processors,
-                                        num_beams, num_return_sequences, length_penalty, stop)
+            outs = self._generate_batch(batch, config, temperature, batch_seeds, processors, stop)
             for i, out in zip(idx, outs):
                 results[i] = out
                 if keys[i] is not None:
@@ -252,7 +287,7 @@ class LLM:
         if hits:
             self.usage.add(prompt_tokens=sum(g[0].n_prompt_tokens for g in hits),
                            generated_tokens=sum(len(x.token_ids) for g in hits for x in g),
-                           calls=len(hits), memo_hits=len(hits))
+                           calls=len(hits), memo_hits=len(hits), cut=sum(x.cut for g in hits for x in g))
 
     def _batches(self, order: list[int], prompts: Sequence[str], max_new_tokens: int) -> list[list[int]]:
         """Split `order` (prompts sorted by length) into batches of at most `batch_size` rows
@@ -277,8 +312,8 @@ class LLM:
                     len(ids), self.context_window, max_new_tokens)
         return ids[len(ids) - limit:], True
 
-    def _generate_batch(self, batch, max_new_tokens, temperature, seeds, processors,
-                        num_beams, num_return_sequences, length_penalty, stop):
+    def _generate_batch(self, batch, config, temperature, seeds, processors, stop):
+        max_new_tokens, num_beams = config.max_new_tokens, config.num_beams
         encoded = [self._fit_window(self.encode(p), max_new_tokens) for p in batch]
         truncated = sum(t for _, t in encoded)
         input_ids, attention, states, reused = self._layout([ids for ids, _ in encoded], num_beams)
@@ -292,60 +327,54 @@ class LLM:
         if temperature > 0:
             plist.append(SeededGumbelSampler(seeds, temperature, width))
         out = self.model.generate(
-            input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
-            do_sample=False, num_beams=num_beams, num_return_sequences=num_return_sequences,
-            **({"length_penalty": length_penalty, "early_stopping": True} if num_beams > 1 else {}),
-            logits_processor=plist, eos_token_id=self.eos_token_ids, pad_token_id=pad,
-            return_dict_in_generate=True, output_scores=num_beams > 1,
-            temperature=None, top_p=None, top_k=None, **({"cache": states} if states is not None else {}),
-        )
-        sequences = out.sequences[:, width:]  # (batch * num_return_sequences, new)
+            input_ids=input_ids, attention_mask=attention, generation_config=config, logits_processor=plist,
+            stopping_criteria=self._stopping(stop), **({self._cache_keyword: states} if states is not None else {}))
+        sequences = out.sequences[:, width:].tolist()  # (batch * num_return_sequences, new); one host copy
         if num_beams > 1:
             scores = out.sequences_scores.tolist()
         else:
-            scores = recorder.finish(out.sequences.cpu(), self.eos_token_ids)
+            scores = recorder.finish(out.sequences, self.eos_token_ids)
         gens: list[list[Generation]] = []
-        n_generated = 0
+        n_generated = n_cut = 0
         for row in range(len(batch)):
             row_gens = []
-            for j in range(num_return_sequences):
-                k = row * num_return_sequences + j
-                ids = self._cut_at_eos(sequences[k].tolist(), pad)
+            for j in range(config.num_return_sequences):
+                k = row * config.num_return_sequences + j
+                ids, ended = self._cut_at_eos(sequences[k], pad)
                 n_generated += len(ids)
                 text = self.tokenizer.decode(ids, skip_special_tokens=True)
                 for s in stop:
                     if s and s in text:
-                        text = text[: text.index(s)]
+                        text, ended = text[: text.index(s)], True
+                cut = not ended and len(ids) >= max_new_tokens
+                n_cut += cut
                 row_gens.append(Generation(text=text.strip(), token_ids=ids, logprob=float(scores[k]),
-                                           n_prompt_tokens=len(encoded[row][0])))
+                                           n_prompt_tokens=len(encoded[row][0]), cut=cut))
             gens.append(row_gens)
         self.usage.add(prompt_tokens=sum(len(ids) for ids, _ in encoded), generated_tokens=n_generated,
-                       calls=len(batch), truncated=truncated, cached=reused)
+                       calls=len(batch), truncated=truncated, cached=reused, cut=n_cut)
         return gens
 
-    def _layout(self, rows: list[list[int]], num_beams: int):
-        """The batch's input ids and attention mask, (batch, width), plus the KV states of a
-        prefix shared by all rows (or None) and the prompt tokens those states spare.
+    def _stopping(self, stop: Sequence[str]) -> StoppingCriteriaList:
+        """Stop strings checked on the device at every step (a row stops as soon as its text
+        ends with one); EOS stops rows through the generation config."""
+        stop = tuple(sorted({s for s in stop if s}))
+        if not stop:
+            return StoppingCriteriaList()
+        if stop not in self._stop_criteria:  # building one scans the vocabulary once
+            self._stop_criteria[stop] = StopStringCriteria(self.tokenizer, list(stop))
+        return StoppingCriteriaList([self._stop_criteria[stop]])
 
-        Without a shared prefix, rows are left-padded. With one, a row is
-        ``[prefix | pads | suffix]``: the prefix's states come from the prefix cache, the
-        pads are masked, and position ids (from the mask's cumulative sum) stay contiguous.
-        """
-        pad = self.tokenizer.pad_token_id
+    def _layout(self, rows: list[list[int]], num_beams: int):
+        """The batch's input ids and attention mask, (batch, width), on the model's device, plus
+        the KV states of a prefix shared by all rows (or None) and the prompt tokens they spare.
+        Layout: `scgmem.llm.prefix_cache.layout_batch`."""
         shared = 0
         if self.prefix_cache is not None and num_beams <= 1:
             shared = batch_prefix_length(rows)
             if shared < self.prefix_cache.min_tokens:
                 shared = 0
-        width = shared + max(len(ids) - shared for ids in rows)
-        input_ids = torch.full((len(rows), width), pad, dtype=torch.long)  # (batch, width)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
-        for row, ids in enumerate(rows):
-            input_ids[row, :shared] = torch.tensor(ids[:shared], dtype=torch.long)
-            attention[row, :shared] = 1
-            tail = ids[shared:]
-            input_ids[row, width - len(tail):] = torch.tensor(tail, dtype=torch.long)
-            attention[row, width - len(tail):] = 1
+        input_ids, attention = layout_batch(rows, shared, self.tokenizer.pad_token_id, self.device)
         states, reused = None, 0
         if shared:
             computed = self.prefix_cache.prefilled_tokens
@@ -353,14 +382,15 @@ class LLM:
             reused = len(rows) * shared - (self.prefix_cache.prefilled_tokens - computed)
             if len(rows) > 1:
                 states.batch_repeat_interleave(len(rows))
-        return input_ids.to(self.device), attention.to(self.device), states, reused
+        return input_ids, attention, states, reused
 
-    def _cut_at_eos(self, ids: list[int], pad: int) -> list[int]:
+    def _cut_at_eos(self, ids: list[int], pad: int) -> tuple[list[int], bool]:
+        """The generated ids before the first EOS (pads dropped), and whether an EOS came."""
         kept = []
         for t in ids:
             if t in self.eos_token_ids:
-                break
+                return kept, True
             if t == pad and pad not in self.eos_token_ids:
                 continue
             kept.append(t)
-        return kept
+        return kept, False

@@ -45,6 +45,31 @@ def batch_prefix_length(rows: list[list[int]]) -> int:
     return max(0, shared)
 
 
+def cache_keyword(model) -> str:
+    """The name under which `model` takes KV states: `cache` (transformers >= 5.2x renamed it;
+    the old name still works there, with a warning) or `past_key_values` (earlier 5.x, as on
+    device images that lag behind the pin)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def layout_batch(rows: list[list[int]], shared: int, pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Input ids and attention mask, (batch, width), on `device`: rows left-padded, or, with a
+    shared prefix of `shared` tokens, laid out as ``[prefix | pads | suffix]``.
+
+    Built on the host and copied to the device once (two copies, not one per row).
+    """
+    width = shared + max(len(ids) - shared for ids in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)  # (batch, width)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    for row, ids in enumerate(rows):
+        input_ids[row, :shared] = torch.tensor(ids[:shared], dtype=torch.long)
+        attention[row, :shared] = 1
+        tail = ids[shared:]
+        input_ids[row, width - len(tail):] = torch.tensor(tail, dtype=torch.long)
+        attention[row, width - len(tail):] = 1
+    return input_ids.to(device), attention.to(device)
+
+
 @dataclass
 class _Entry:
     ids: list[int]
@@ -68,6 +93,7 @@ class PrefixCache:
                              f"(min_tokens={min_tokens}, max_entries={max_entries}, max_tokens={max_tokens})")
         self.model = model
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.cache_keyword = cache_keyword(model)
         self.min_tokens = min_tokens
         self.max_entries = max_entries
         self.max_tokens = max_tokens
@@ -116,8 +142,8 @@ class PrefixCache:
         positions = torch.arange(start, len(prefix), device=device)[None]
         # logits_to_keep=1: the prefix's logits are never used (a full 8K x 49K float matrix is 1.6 GB).
         extra = {"logits_to_keep": 1} if self._keeps_logits else {}
-        self.model(input_ids=ids, attention_mask=attention, position_ids=positions, cache=states,
-                   use_cache=True, **extra)
+        extra[self.cache_keyword] = states
+        self.model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True, **extra)
         self.prefilled_tokens += len(prefix) - start
 
     # ------------------------------------------------------------------ bookkeeping

@@ -5,6 +5,11 @@ from softmax(logits/T)) inside greedy decoding, with one torch.Generator per row
 prompt's sample then depends on its own seed only, not on the batch it shares or on a
 global RNG stream: runs that resume after a crash, or use another batch size, draw the
 same answers.
+
+Both processors keep every tensor on the device of the scores they are handed (the model's
+device): nothing is copied to the host during generation. The noise is drawn by generators
+on that device, so a CUDA run draws other (equally seeded) noise than a CPU run; each device
+reproduces itself.
 """
 from __future__ import annotations
 
@@ -23,10 +28,11 @@ class TokenLogprobRecorder(LogitsProcessor):
     def __init__(self, prompt_length: int) -> None:
         self.prompt_length = prompt_length
         self._previous: torch.Tensor | None = None  # (rows, vocab) log-probs of the last step
-        self._logprobs: list[torch.Tensor] = []  # each (rows,)
+        self._logprobs: list[torch.Tensor] = []  # each (rows,), on the scores' device
 
     def _take(self, chosen: torch.Tensor) -> None:
         if self._previous is not None:
+            chosen = chosen.to(self._previous.device)
             self._logprobs.append(self._previous.gather(1, chosen[:, None]).squeeze(1))
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -35,8 +41,9 @@ class TokenLogprobRecorder(LogitsProcessor):
         self._previous = torch.log_softmax(scores.float(), dim=-1)
         return scores
 
-    def finish(self, sequences: torch.LongTensor, eos_ids: list[int]) -> list[float]:
-        """Sum of recorded log-probs per row, up to and including the row's first EOS.
+    def totals(self, sequences: torch.LongTensor, eos_ids: list[int]) -> torch.Tensor:
+        """(rows,) sum of recorded log-probs per row, up to and including the row's first EOS,
+        on the device the scores were on (`sequences` may be on any device).
 
         After a row finishes, generate keeps emitting pad tokens for it; those steps are
         masked out.
@@ -45,13 +52,17 @@ class TokenLogprobRecorder(LogitsProcessor):
         if new > len(self._logprobs):
             self._take(sequences[:, self.prompt_length + len(self._logprobs)])
         if not self._logprobs:
-            return [0.0] * sequences.shape[0]
+            return torch.zeros(sequences.shape[0], device=sequences.device)
         lp = torch.stack(self._logprobs, dim=1)  # (rows, new)
-        generated = sequences[:, self.prompt_length:self.prompt_length + lp.shape[1]]  # (rows, new)
-        is_eos = torch.isin(generated, torch.tensor(eos_ids, device=generated.device))
+        generated = sequences[:, self.prompt_length:self.prompt_length + lp.shape[1]].to(lp.device)  # (rows, new)
+        is_eos = torch.isin(generated, torch.tensor(eos_ids, device=lp.device))
         before_eos = torch.cumsum(is_eos.long(), dim=1) - is_eos.long() == 0  # up to first EOS, inclusive
         lp = torch.where(before_eos & torch.isfinite(lp), lp, torch.zeros_like(lp))
-        return lp.sum(dim=1).tolist()
+        return lp.sum(dim=1)
+
+    def finish(self, sequences: torch.LongTensor, eos_ids: list[int]) -> list[float]:
+        """`totals` as Python floats (one device-to-host copy)."""
+        return self.totals(sequences, eos_ids).tolist()
 
 
 class SeededGumbelSampler(LogitsProcessor):
@@ -67,13 +78,25 @@ class SeededGumbelSampler(LogitsProcessor):
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         self.temperature = temperature
-        self.generators = [torch.Generator().manual_seed(int(s) % (2**63)) for s in seeds]
+        self.seeds = [int(s) % (2**63) for s in seeds]
+        self.generators: list[torch.Generator] = []
+        self._device: torch.device | None = None
+
+    def _generators_for(self, device: torch.device) -> list[torch.Generator]:
+        """One seeded generator per row on `device`, made at the first step. Meta tensors (shape
+        checks in tests) hold no values and have no generator: the CPU's stands in there."""
+        if self._device != device:
+            home = torch.device("cpu") if device.type == "meta" else device
+            self.generators = [torch.Generator(device=home).manual_seed(s) for s in self.seeds]
+            self._device = device
+        return self.generators
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         rows, vocab = scores.shape
-        if rows != len(self.generators):
-            raise ValueError(f"got {rows} rows but {len(self.generators)} seeds")
-        u = torch.stack([torch.rand(vocab, generator=g) for g in self.generators])  # (rows, vocab)
+        if rows != len(self.seeds):
+            raise ValueError(f"got {rows} rows but {len(self.seeds)} seeds")
+        generators = self._generators_for(scores.device)
+        u = torch.stack([torch.rand(vocab, generator=g, device=scores.device) for g in generators])  # (rows, vocab)
         exponential = (-torch.log(u.clamp_min(1e-20))).clamp_min(1e-20)  # -log(u) ~ Exp(1), > 0
         gumbel = -torch.log(exponential)
-        return scores.float() / self.temperature + gumbel.to(scores.device)
+        return scores.float() / self.temperature + gumbel

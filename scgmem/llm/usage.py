@@ -16,13 +16,14 @@ class UsageMeter:
         self.phase = "other"
         self._counts: dict[str, dict[str, int]] = defaultdict(
             lambda: {"calls": 0, "prompt_tokens": 0, "generated_tokens": 0, "truncated_prompts": 0,
-                     "cached_prompt_tokens": 0, "memo_hits": 0}
+                     "cached_prompt_tokens": 0, "memo_hits": 0, "cut_at_cap": 0}
         )
 
     def add(self, prompt_tokens: int, generated_tokens: int, calls: int = 1, truncated: int = 0,
-            cached: int = 0, memo_hits: int = 0) -> None:
+            cached: int = 0, memo_hits: int = 0, cut: int = 0) -> None:
         """`cached`: prompt tokens (already in `prompt_tokens`) whose states came from the prefix
-        cache; `memo_hits`: calls (already in `calls`) answered from the backend's memo."""
+        cache; `memo_hits`: calls (already in `calls`) answered from the backend's memo; `cut`:
+        outputs that reached their `max_new_tokens` cap before EOS or a stop string."""
         c = self._counts[self.phase]
         c["calls"] += calls
         c["prompt_tokens"] += prompt_tokens
@@ -30,6 +31,7 @@ class UsageMeter:
         c["truncated_prompts"] += truncated
         c["cached_prompt_tokens"] += cached
         c["memo_hits"] += memo_hits
+        c["cut_at_cap"] += cut
 
     @contextlib.contextmanager
     def under(self, phase: str):

@@ -10,7 +10,9 @@ from scgmem.llm.loading import ModelFilesMissing, find_gguf, resolve_model_dir
 def test_local_folder_loads_like_a_hub_model(tiny_llm):
     assert tiny_llm.tokenizer.padding_side == "left"
     text = tiny_llm.render([{"role": "user", "content": "hi"}])
-    assert text.startswith("<|im_start|>user\nhi<|im_end|>") and text.endswith("<|im_start|>assistant\n")
+    # the chat policy's explicit system message comes first (scgmem.llm.chat_template)
+    assert text.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>")
+    assert text.endswith("<|im_start|>assistant\n")
     assert tiny_llm.render("x", assistant_prefix='{"function": ').endswith('{"function": ')
 
 

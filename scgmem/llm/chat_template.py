@@ -1,0 +1,94 @@
+"""How prompts are put into a model's chat template: an explicit system message and a fixed date.
+
+Chat templates carry hidden choices. Qwen2.5's inserts "You are Qwen, created by Alibaba
+Cloud..." when a conversation has no system message, SmolLM2's inserts its own, and Llama 3.2's
+writes "Today Date: <the day of the run>" from the clock (`strftime_now`), so the same run on
+another day gets another prompt, with a current date beside LoCoMo's temporal questions.
+
+A `ChatPolicy` removes both: every conversation without a system message gets
+`system_prompt` (the same text for every model), and templates that read the date get
+`date` (as `date_string`, Llama's variable, and through `strftime_now`, which then formats
+that date instead of the clock). The protocol chooses the policy (configs/protocol/*.yaml);
+`probe_sha256` hashes a rendered probe conversation, so the summary shows whether two runs
+rendered prompts alike.
+
+Example::
+
+    policy = ChatPolicy(system_prompt="You are a helpful assistant.", date="2024-07-26")
+    text = render_messages(tokenizer, [{"role": "user", "content": "hi"}], policy)
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from dataclasses import asdict, dataclass
+
+# One neutral sentence for every model (Qwen2.5's default ends with it); the upstream evaluation
+# codes send no system message to an API model, which adds none of its own.
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+# Llama 3.2's template falls back to this date when it has no clock; LoCoMo's sessions lie in 2022-2023.
+DEFAULT_DATE = "2024-07-26"
+DATE_STRING_FORMAT = "%d %b %Y"  # Llama 3.x templates: strftime_now("%d %b %Y") -> "26 Jul 2024"
+
+PROBE = [{"role": "user", "content": "When did Caroline go to the LGBTQ support group?"}]
+
+
+@dataclass(frozen=True)
+class ChatPolicy:
+    """Args:
+        system_prompt: the system message of every conversation that has none; None keeps
+            the template's own behaviour (not recommended: it differs between models).
+        date: ISO date (YYYY-MM-DD) shown to templates that read the date.
+    """
+
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
+    date: str = DEFAULT_DATE
+
+    def __post_init__(self) -> None:
+        if self.system_prompt is not None and not isinstance(self.system_prompt, str):
+            raise ValueError(f"protocol.system_prompt must be a string or null, got {self.system_prompt!r}")
+        try:
+            dt.date.fromisoformat(str(self.date))
+        except ValueError:
+            raise ValueError(f"protocol.date must be an ISO date (YYYY-MM-DD), got {self.date!r}") from None
+
+    @property
+    def day(self) -> dt.date:
+        return dt.date.fromisoformat(str(self.date))
+
+    def template_kwargs(self) -> dict:
+        """Variables handed to the template: they shadow the clock-reading global `strftime_now`."""
+        day = dt.datetime.combine(self.day, dt.time(0, 0))
+        return {"date_string": day.strftime(DATE_STRING_FORMAT), "strftime_now": day.strftime}
+
+    def with_system(self, messages: list[dict]) -> list[dict]:
+        if self.system_prompt is None or (messages and messages[0].get("role") == "system"):
+            return messages
+        return [{"role": "system", "content": self.system_prompt}, *messages]
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def render_messages(tokenizer, messages: list[dict], policy: ChatPolicy, *,
+                    add_generation_prompt: bool = True) -> str:
+    """`messages` rendered with the tokenizer's chat template under `policy` (a readable
+    "role: content" transcript for tokenizers without a template)."""
+    messages = policy.with_system(messages)
+    if tokenizer.chat_template:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                             **policy.template_kwargs())
+    text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+    return text + ("assistant: " if add_generation_prompt else "")
+
+
+def template_report(tokenizer, policy: ChatPolicy) -> dict:
+    """For summary.json: the policy, a hash of the template source and of a rendered probe."""
+    template = tokenizer.chat_template or ""
+    if isinstance(template, dict):  # several named templates
+        template = "\n".join(f"{k}:{v}" for k, v in sorted(template.items()))
+    probe = render_messages(tokenizer, list(PROBE), policy)
+    return {**policy.as_dict(),
+            "template_sha256": hashlib.sha256(template.encode()).hexdigest(),
+            "probe_sha256": hashlib.sha256(probe.encode()).hexdigest(),
+            "probe": probe}
