@@ -7,7 +7,7 @@ shared/specs/baselines.md section 3:
 - Memory units: a pair of consecutive turns by different speakers,
   `Conversation content on {date}: {s1}: {t1}; {s2}: {t2}` (leftover turns alone), and per
   session an event summary `The summary of the conversation on {date} is: ...`; all start at
-  level 0 with anchor = the session date, so all can be forgotten.
+  level 0 (never recalled) with anchor = the session date.
 - LLM calls, greedy (spec section 0): per session an event summary and a personality note of
   both speakers; after the last session a global summary of the daily summaries and a global
   portrait from the notes. None depends on the memory state, so the 2 x sessions calls go in
@@ -15,11 +15,12 @@ shared/specs/baselines.md section 3:
 - Retrieval: the question verbatim, cosine top-k (k=10, as the port and A-MEM) among the units
   alive, optional same-date neighbour merging up to `merge_chars` (CHUNK_SIZE=200), grouped by
   date in ascending order, under the global summary and the portrait.
-- Forgetting, the Ebbinghaus curve R = exp(-t/S) (`forgetting_curve`), t = days since the unit's
-  anchor, S = level + 1 (levels 0/1/2, `memory_level=3`). Each time the clock advances to a new
-  date (every session; QA happens on the last session's date, so no extra pass) a unit with
-  t < 30 survives with probability R, one with t >= 30 is deleted (`total_date=30`).
-  A recall raises the level by one (capped at 2) and resets the anchor to the current date
+- Forgetting, the Ebbinghaus curve, in either of the authors' two versions (`forgetting_curve`,
+  baselines/memorybank_forgetting.py): `paper` (R = exp(-t/S), S = level + 1 <= 3, deleted at
+  30 days) or `code` (their later commit: R = exp(-t*S/5), S = 1 + recalls uncapped, no cutoff,
+  a day's summary kept while any of its dialogs is). Each time the clock advances to a new date
+  (every session; QA happens on the last session's date, so no extra pass) every unit gets its
+  draw. A recall strengthens the unit and resets its anchor to the current date
   (`update_memory_when_searched`, matched by unit id, not by date as the original). Recall is
   simulated as SiliconFriend does it: every incoming turn queries the memory (top-3, no LLM
   call) and strengthens its hits. Question-time retrieval does not strengthen: the clock does
@@ -28,20 +29,15 @@ shared/specs/baselines.md section 3:
 
 `forgetting` (reported in `stats()`):
 
-- "stochastic" (DEFAULT, faithful): the curve deletes units. The spec computed that with
-  day units and LoCoMo's median 6-day gap between sessions (R = e^-6 = 0.25% for a level-0
-  unit) only about 1.0-1.4 sessions per conversation survive to QA, plus what the simulated
-  recalls strengthened; the global summary and portrait always survive (they are not units).
-  We keep it as the default because forgetting is MemoryBank's defining mechanism and the
-  harness's rule is a faithful reimplementation, adapted only where LoCoMo forces it; a
-  MemoryBank without forgetting is dense retrieval over pairs plus summaries, which `off`
-  (and the `rag` baseline) already measure. Report the low evidence recall this gives as the
-  method's behaviour, not as a bug.
-- "soft" (deviation): no deletion; rank by cos x R at QA time.
+- "stochastic" (DEFAULT, faithful): the curve deletes units; the global summary and portrait
+  always survive (they are not units). After LoCoMo's median 6-day gap a never-recalled unit
+  survives a pass with R = 0.25% (`paper`) or 30% (`code`); docs/methods.md gives what
+  survives of conv-26. Without forgetting MemoryBank is dense retrieval over pairs and
+  summaries, which `off` (and the `rag` baseline) already measure.
+- "soft" (deviation): no deletion; rank by cos x R (the chosen curve) at QA time.
 - "off" (deviation, = the LoCoMo port [M2]): no forgetting, rank by cos.
 
-Randomness comes only from the ingest `rng` (one uniform draw per alive unit per pass, in unit
-order), so a seed reproduces the surviving memory.
+Randomness comes only from the ingest `rng`, so a seed reproduces the surviving memory.
 
 Tiny-LLM behaviour (spec section 3, counted in `deviations`): summaries are capped at
 `summary_max_new_tokens` (400, the original max_tokens); repeated lines are stripped
@@ -54,73 +50,22 @@ not parse is placed one day after the previous session (`unparsed_date`).
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 import numpy as np
 
+from baselines.memorybank_forgetting import ForgettingCurve
+from baselines.memorybank_units import (EVENT_PROMPT, OVERALL_EVENT_ENTRY, OVERALL_EVENT_PROMPT,
+                                       OVERALL_PERSONALITY_ENTRY, OVERALL_PERSONALITY_PROMPT, PERSONALITY_PROMPT,
+                                       SYSTEM_PROMPT, merge_neighbours, pair_turns)
 from baselines.text import greedy_texts, parse_locomo_date, render_turn_line, strip_repeated_lines
-from scgmem.data.locomo import Conversation, Session
+from scgmem.data.locomo import Conversation
 from scgmem.memory import MemoryMethod, Recall, dia_order
 
 log = logging.getLogger(__name__)
 
 PROMPT_VERSION = 1
 FORGETTING_MODES = ("stochastic", "soft", "off")
-
-# [M1] summarize_memory.py, English prompts; the two speakers replace "user" and "AI", and the
-# companion's "response strategy" (incidental, spec section 3) is left out.
-SYSTEM_PROMPT = "Below is a transcript of a conversation between two people, {a} and {b}."
-EVENT_PROMPT = ("Please summarize the following dialogue as concisely as possible, extracting the main themes "
-                "and key information. If there are multiple key events, you may summarize them separately. "
-                "Dialogue content:\n{dialogue}\nSummarization:")
-PERSONALITY_PROMPT = ("Based on the following dialogue, please summarize the personality traits and emotions of "
-                      "{a} and of {b}. Dialogue content:\n{dialogue}\n"
-                      "The personality traits and emotions of {a} and {b} are:")
-OVERALL_EVENT_PROMPT = ("Please provide a highly concise summary of the following events, capturing the essential "
-                        "key information as succinctly as possible. Summarize the events:\n{entries}\nSummarization:")
-OVERALL_EVENT_ENTRY = "At {date}, the events are {text}"
-OVERALL_PERSONALITY_PROMPT = ("The following are the personality traits and emotions {a} and {b} exhibited "
-                              "throughout multiple dialogues:\n{entries}\nPlease provide a highly concise and general "
-                              "summary of the personalities of {a} and {b}, summarized as:")
-OVERALL_PERSONALITY_ENTRY = "At {date}, the analysis shows {text}"
-
-
-def retention(t: float, level: int) -> float:
-    """Ebbinghaus retention R = exp(-t/S) with strength S = level + 1 (`forgetting_curve` [M1])."""
-    return math.exp(-t / (level + 1))
-
-
-def pair_turns(session: Session) -> list[list]:
-    """Consecutive turns by different speakers form a pair; a leftover turn stays alone ([M2])."""
-    turns, groups, i = session.turns, [], 0
-    while i < len(turns):
-        if i + 1 < len(turns) and turns[i + 1].speaker != turns[i].speaker:
-            groups.append([turns[i], turns[i + 1]])
-            i += 2
-        else:
-            groups.append([turns[i]])
-            i += 1
-    return groups
-
-
-def forgetting_pass(units: list[dict], day: int, rng, total_days: int = 30) -> int:
-    """One pass of `forget_memory` [M1] at `day`; returns how many units were forgotten.
-
-    A unit with t = day - anchor >= total_days is deleted; otherwise it survives with
-    probability R (one `rng.random()` draw per alive unit, in list order).
-    """
-    forgotten = 0
-    for u in units:
-        if not u["alive"]:
-            continue
-        t = day - u["anchor"]
-        if t >= total_days or rng.random() >= retention(t, u["level"]):
-            u["alive"] = False
-            u["forgotten_day"] = day
-            forgotten += 1
-    return forgotten
-
 
 class MemoryBank(MemoryMethod):
     """MemoryBank over one LoCoMo conversation.
@@ -130,11 +75,12 @@ class MemoryBank(MemoryMethod):
         embedder: the shared embedder (all-MiniLM-L6-v2, MemoryBank's English default [M1]).
         k: units retrieved per question (10: the port [M2] and A-MEM; the originals use 2/3/6).
         forgetting: "stochastic" (faithful, default), "soft" or "off"; see the module docstring.
+        forgetting_curve: "code" or "paper", the authors' two curves (memorybank_forgetting.py).
         simulate_recall: strengthen the units each incoming turn retrieves (SiliconFriend
             searches memory for every user utterance).
         recall_strengthen_k: hits per simulated recall (3: local_doc_qa VECTOR_SEARCH_TOP_K [M1]).
-        total_days: age at which a unit is deleted (30: `total_date` [M1]).
-        max_level: highest memory level (2: `memory_level=3` levels 0..2 [M1]).
+        total_days: `paper` curve: age at which a unit is deleted (30: `total_date` [M1]).
+        max_level: `paper` curve: highest memory level (2: `memory_level=3` levels 0..2 [M1]).
         merge_chars: same-date neighbours merged into a hit up to this many characters
             (200: CHUNK_SIZE [M1]); 0 turns merging off.
         summary_max_new_tokens: cap on every summary (400: the original max_tokens [M1]).
@@ -145,8 +91,8 @@ class MemoryBank(MemoryMethod):
     name = "memorybank"
 
     def __init__(self, llm, embedder, *, k: int = 10, forgetting: str = "stochastic",
-                 simulate_recall: bool = True, recall_strengthen_k: int = 3, total_days: int = 30,
-                 max_level: int = 2, merge_chars: int = 200, summary_max_new_tokens: int = 400,
+                 forgetting_curve: str = "code", simulate_recall: bool = True, recall_strengthen_k: int = 3,
+                 total_days: int = 30, max_level: int = 2, merge_chars: int = 200, summary_max_new_tokens: int = 400,
                  summary_ids: str = "none") -> None:
         super().__init__(llm, embedder)
         if embedder is None:
@@ -169,6 +115,7 @@ class MemoryBank(MemoryMethod):
             raise ValueError(f"method.summary_ids must be 'none' or 'session', got {summary_ids!r}")
         self.k = k
         self.forgetting = forgetting
+        self.curve = ForgettingCurve(forgetting_curve, total_days, max_level)
         self.simulate_recall = simulate_recall
         self.recall_strengthen_k = recall_strengthen_k
         self.total_days = total_days
@@ -190,7 +137,8 @@ class MemoryBank(MemoryMethod):
     def memory_settings(self) -> dict[str, Any]:
         # The ingest rng's seed also changes the memory in "stochastic" mode; the harness keys
         # the cache on it (settings cannot see it).
-        return {"forgetting": self.forgetting, "simulate_recall": self.simulate_recall,
+        return {"forgetting": self.forgetting, "forgetting_curve": self.curve.curve,
+                "simulate_recall": self.simulate_recall,
                 "recall_strengthen_k": self.recall_strengthen_k, "total_days": self.total_days,
                 "max_level": self.max_level, "summary_max_new_tokens": self.summary_max_new_tokens,
                 "embedder": getattr(self.embedder, "name", None), "prompt_version": PROMPT_VERSION}
@@ -226,6 +174,7 @@ class MemoryBank(MemoryMethod):
                 counts[0] += u["alive"]
                 counts[1] += 1
         return {"deviations": dict(self.deviations), "forgetting": self.forgetting,
+                "forgetting_curve": self.curve.curve,
                 "units": len(self.units), "units_alive": len(alive),
                 "summaries": sum(u["kind"] == "summary" for u in self.units),
                 "summaries_alive": sum(u["kind"] == "summary" for u in alive),
@@ -343,7 +292,7 @@ class MemoryBank(MemoryMethod):
             day = record["day"]
             if clock is None or day > clock:  # the clock advances: SiliconFriend's login-time pass
                 if self.forgetting == "stochastic":
-                    self._count("forgotten", forgetting_pass(self.units, day, rng, self.total_days))
+                    self._count("forgotten", self.curve.forgetting_pass(self.units, day, rng))
                 clock = day
             now = max(day, clock)
             if turn_vectors is not None:
@@ -369,10 +318,9 @@ class MemoryBank(MemoryMethod):
                 self._strengthen(self.units[int(i)], day)
 
     def _strengthen(self, unit: dict, day: int) -> None:
-        """`update_memory_when_searched` [M1]: level + 1 (capped), anchor reset to today."""
-        unit["level"] = min(unit["level"] + 1, self.max_level)
-        unit["anchor"] = day
-        self._count("strengthened")
+        """`update_memory_when_searched` [M1]: one more recall, anchor reset to today."""
+        if self.curve.strengthen(unit, day):
+            self._count("strengthened")
 
     # ------------------------------------------------------------------ recall
     def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
@@ -389,7 +337,7 @@ class MemoryBank(MemoryMethod):
         """Ranking score of every unit for a query: cos (x R at QA time in soft mode); -inf if gone."""
         scores = (self._vectors @ q_vector).astype(np.float64)  # (units,)
         if self.forgetting == "soft":
-            scores *= np.array([retention(self.qa_day - u["anchor"], u["level"]) for u in self.units])
+            scores *= np.array([self.curve.retention(self.qa_day - u["anchor"], u["level"]) for u in self.units])
         scores[[not u["alive"] for u in self.units]] = -np.inf
         return scores
 
@@ -408,29 +356,9 @@ class MemoryBank(MemoryMethod):
             group = [uid]
             taken.add(uid)
             if self.merge_chars:
-                group += self._merge_neighbours(uid, alive_ids, position, taken)
+                group += merge_neighbours(self.units, uid, alive_ids, position, taken, self.merge_chars)
             groups.append(group)
         return groups
-
-    def _merge_neighbours(self, uid: int, alive_ids: list[int], position: dict, taken: set) -> list[int]:
-        """Same-date neighbours (i+1, i-1, i+2, ...) while the total stays <= merge_chars (CHUNK_SIZE [M1])."""
-        length = len(self.units[uid]["text"])
-        date, i, merged = self.units[uid]["date"], position[uid], []
-        for step in range(1, len(alive_ids)):
-            grew = False
-            for j in (i + step, i - step):
-                if not 0 <= j < len(alive_ids) or alive_ids[j] in taken:
-                    continue
-                other = self.units[alive_ids[j]]
-                if other["date"] != date or length + len(other["text"]) > self.merge_chars:
-                    continue
-                length += len(other["text"])
-                merged.append(other["id"])
-                taken.add(other["id"])
-                grew = True
-            if not grew:
-                break
-        return merged
 
     def _context(self, groups: list[list[int]], with_portrait: bool, with_summary: bool) -> str:
         parts = []

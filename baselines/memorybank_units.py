@@ -1,0 +1,61 @@
+"""MemoryBank's prompts, memory units and their same-date merging (SiliconFriend [M1], the LoCoMo port [M2])."""
+from __future__ import annotations
+
+from scgmem.data.locomo import Session
+
+# [M1] summarize_memory.py, English prompts; the two speakers replace "user" and "AI", and the
+# companion's "response strategy" (incidental, spec section 3) is left out.
+SYSTEM_PROMPT = "Below is a transcript of a conversation between two people, {a} and {b}."
+EVENT_PROMPT = ("Please summarize the following dialogue as concisely as possible, extracting the main themes "
+                "and key information. If there are multiple key events, you may summarize them separately. "
+                "Dialogue content:\n{dialogue}\nSummarization:")
+PERSONALITY_PROMPT = ("Based on the following dialogue, please summarize the personality traits and emotions of "
+                      "{a} and of {b}. Dialogue content:\n{dialogue}\n"
+                      "The personality traits and emotions of {a} and {b} are:")
+OVERALL_EVENT_PROMPT = ("Please provide a highly concise summary of the following events, capturing the essential "
+                        "key information as succinctly as possible. Summarize the events:\n{entries}\nSummarization:")
+OVERALL_EVENT_ENTRY = "At {date}, the events are {text}"
+OVERALL_PERSONALITY_PROMPT = ("The following are the personality traits and emotions {a} and {b} exhibited "
+                              "throughout multiple dialogues:\n{entries}\nPlease provide a highly concise and general "
+                              "summary of the personalities of {a} and {b}, summarized as:")
+OVERALL_PERSONALITY_ENTRY = "At {date}, the analysis shows {text}"
+
+
+def pair_turns(session: Session) -> list[list]:
+    """Consecutive turns by different speakers form a pair; a leftover turn stays alone ([M2])."""
+    turns, groups, i = session.turns, [], 0
+    while i < len(turns):
+        if i + 1 < len(turns) and turns[i + 1].speaker != turns[i].speaker:
+            groups.append([turns[i], turns[i + 1]])
+            i += 2
+        else:
+            groups.append([turns[i]])
+            i += 1
+    return groups
+
+
+def merge_neighbours(units: list[dict], uid: int, alive_ids: list[int], position: dict, taken: set,
+                     merge_chars: int) -> list[int]:
+    """Same-date neighbours (i+1, i-1, i+2, ...) of hit `uid` while the total stays <= merge_chars.
+
+    The patched `similarity_search_with_score_by_vector` of forget_memory.py [M1] (CHUNK_SIZE);
+    `alive_ids` is the index order, `position` maps a unit id to its place in it, and `taken`
+    (updated) holds the units already in the context.
+    """
+    length = len(units[uid]["text"])
+    date, i, merged = units[uid]["date"], position[uid], []
+    for step in range(1, len(alive_ids)):
+        grew = False
+        for j in (i + step, i - step):
+            if not 0 <= j < len(alive_ids) or alive_ids[j] in taken:
+                continue
+            other = units[alive_ids[j]]
+            if other["date"] != date or length + len(other["text"]) > merge_chars:
+                continue
+            length += len(other["text"])
+            merged.append(other["id"])
+            taken.add(other["id"])
+            grew = True
+        if not grew:
+            break
+    return merged
