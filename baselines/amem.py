@@ -19,21 +19,26 @@ which we follow, trying JSON first). Per turn:
 
 Query: one call turns the question into keywords (the question itself if that fails);
 cosine top-k (k=10) over the documents; each hit is followed by its linked notes (at most
-k+1 per hit, without repeats), rendered as in `find_related_memories_raw`.
+k+1 per hit), rendered as in `find_related_memories_raw`. Like that function, a note reached
+twice is rendered twice (`link_expansion="repeat"`); `"unique"` renders each note once.
 
 Batching: the analyze calls of one session (and their retries) go into one `generate`
 call -- analysis reads only the note's own content, so this is exact. Evolution is
 note by note (each decision sees the notes and edits before it), so it is not batched.
 The query calls of `recall_batch` are batched.
 
-Differences from the authors' robust code, all documented: its parser repairs empty
-keywords with the heuristics *before* its retry check, so its focused retry never fires;
-we run the retry first, as the spec orders. Decoding is greedy (spec section 0) where
-the authors sample at 0.7 (0.3 for the retry).
+Differences from the authors' robust code, each listed in `stats()["settings_deviations"]`
+(and so in summary.json): its parser repairs empty keywords with the heuristics *before* its
+retry check, so its focused retry never fires; we run the retry first, as the spec orders.
+Decoding is greedy by default (spec section 0: every method's memory calls are greedy, so
+methods differ by their memory and not by sampling noise, and a seed changes nothing);
+`decoding="authors"` samples at T=0.7 (0.3 for the retry) as the authors do, one seed per
+prompt. The generation caps are far below the authors' max_tokens=1000.
 """
 from __future__ import annotations
 
 import logging
+import zlib
 from collections import Counter
 from typing import Any
 
@@ -48,6 +53,10 @@ from scgmem.memory import MemoryMethod, Recall, truncate_to_tokens
 log = logging.getLogger(__name__)
 
 PROMPT_VERSION = "amem-robust-1"  # bump when a prompt changes: it is part of the cache key
+AUTHORS_MAX_TOKENS = 1000  # memory_layer_robust.py get_completion(max_tokens=1000) [A1]
+# memory_layer_robust.py: get_completion(temperature=0.7) by default, the focused retry at 0.3 [A1]
+AUTHORS_TEMPERATURE = {"retry": 0.3}
+AUTHORS_DEFAULT_TEMPERATURE = 0.7
 
 
 def note_content(turn: Turn) -> str:
@@ -68,6 +77,9 @@ class AMem(MemoryMethod):
         query_tokens: generation caps per call (the authors allow 1000; a 135M model only
             rambles past these).
         batch_analysis: batch a session's analyze calls (exact; see the module docstring).
+        link_expansion: "repeat" (as the authors: a note reached twice is rendered twice) or
+            "unique" (each note once).
+        decoding: "greedy" (spec section 0) or "authors" (T=0.7, retry 0.3, seeded per prompt).
     """
 
     name = "amem"
@@ -76,14 +88,20 @@ class AMem(MemoryMethod):
     def __init__(self, llm, embedder, k: int = 10, neighbours: int = 5, evo_threshold: int = 100,
                  analyze_tokens: int = 96, retry_tokens: int = 32, decision_tokens: int = 32,
                  strengthen_tokens: int = 64, update_tokens: int = 256, query_tokens: int = 32,
-                 batch_analysis: bool = True) -> None:
+                 batch_analysis: bool = True, link_expansion: str = "repeat", decoding: str = "greedy") -> None:
         super().__init__(llm, embedder)
         if embedder is None:
             raise ValueError("AMem needs an embedder (embedder=None given)")
         for arg, value in (("k", k), ("neighbours", neighbours), ("evo_threshold", evo_threshold)):
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"method.{arg} must be a positive integer, got {value!r}")
+        if link_expansion not in ("repeat", "unique"):
+            raise ValueError(f"method.link_expansion must be 'repeat' or 'unique', got {link_expansion!r}")
+        if decoding not in ("greedy", "authors"):
+            raise ValueError(f"method.decoding must be 'greedy' or 'authors', got {decoding!r}")
         self.k, self.neighbours, self.evo_threshold = k, neighbours, evo_threshold
+        self.link_expansion, self.decoding = link_expansion, decoding
+        self.seed_base = 0  # drawn from the ingest rng when sampling; stored with the state
         self.tokens = {"analyze": analyze_tokens, "retry": retry_tokens, "decision": decision_tokens,
                        "strengthen": strengthen_tokens, "update": update_tokens, "query": query_tokens}
         self.batch_analysis = batch_analysis
@@ -98,12 +116,22 @@ class AMem(MemoryMethod):
         return self.llm.render([{"role": "system", "content": P.SYSTEM_MESSAGE},
                                 {"role": "user", "content": text}])
 
-    def _complete(self, texts: list[str], kind: str) -> list[str]:
-        """Greedy completions for several prompts in one generate call."""
+    def _complete(self, texts: list[str], kind: str, seeds: list[int] | None = None) -> list[str]:
+        """Completions for several prompts in one generate call: greedy, or sampled as the authors.
+
+        A sampled prompt's seed is `seeds[i]` or, by default, derived from the prompt text and
+        `seed_base`, so a resumed ingest draws the same samples.
+        """
         if not texts:
             return []
-        outs = self.llm.generate([self._prompt(t) for t in texts], max_new_tokens=self.tokens[kind],
-                                 temperature=0.0)
+        prompts = [self._prompt(t) for t in texts]
+        if self.decoding == "greedy":
+            outs = self.llm.generate(prompts, max_new_tokens=self.tokens[kind], temperature=0.0)
+        else:
+            if seeds is None:
+                seeds = [(self.seed_base * 1_000_003 + zlib.crc32(p.encode())) % 2**31 for p in prompts]
+            outs = self.llm.generate(prompts, max_new_tokens=self.tokens[kind], seeds=seeds,
+                                     temperature=AUTHORS_TEMPERATURE.get(kind, AUTHORS_DEFAULT_TEMPERATURE))
         return [o[0].text for o in outs]
 
     def _embed(self, texts: list[str]) -> np.ndarray:
@@ -219,6 +247,8 @@ class AMem(MemoryMethod):
                 self.consolidate()
 
     def ingest(self, conversation: Conversation, rng: np.random.Generator) -> None:
+        if self.decoding == "authors" and self.resume_after_session == 0:  # a resume keeps the stored one
+            self.seed_base = int(rng.integers(2**31))
         bar = tqdm(self.sessions_to_ingest(conversation), desc=f"A-MEM {conversation.sample_id}", unit="session",
                    leave=False, mininterval=5)
         for session in bar:
@@ -235,8 +265,8 @@ class AMem(MemoryMethod):
             self.session_done(session.index)
 
     # ------------------------------------------------------------------ query
-    def query_keywords(self, questions: list[str]) -> list[str]:
-        replies = self._complete([P.QUERY_PROMPT.format(question=q) for q in questions], "query")
+    def query_keywords(self, questions: list[str], seeds: list[int] | None = None) -> list[str]:
+        replies = self._complete([P.QUERY_PROMPT.format(question=q) for q in questions], "query", seeds)
         out = []
         for q, reply in zip(questions, replies):
             keywords = P.parse_query_keywords(reply)
@@ -254,13 +284,18 @@ class AMem(MemoryMethod):
                 f"memory tags: {note['tags']}\n")
 
     def expand(self, hits: list[int]) -> list[int]:
-        """Hits in rank order, each followed by its linked notes (<= k+1 per hit, no repeats)."""
+        """Hits in rank order, each followed by its linked notes (<= k+1 per hit).
+
+        `repeat`: as `find_related_memories_raw`, a note is listed each time it is reached;
+        `unique`: only the first time.
+        """
         chosen: list[int] = []
+        repeat = self.link_expansion == "repeat"
         for i in hits:
-            if i not in chosen:
+            if repeat or i not in chosen:
                 chosen.append(i)
             for j, linked in enumerate(self.notes[i]["links"]):
-                if 0 <= linked < len(self.notes) and linked not in chosen:
+                if 0 <= linked < len(self.notes) and (repeat or linked not in chosen):
                     chosen.append(linked)
                 if j >= self.k:
                     break
@@ -290,25 +325,28 @@ class AMem(MemoryMethod):
             parts.pop()
             ids.pop()
             context = "".join(parts)
-        return Recall(context, ids, {})
+        return Recall(context, list(dict.fromkeys(ids)), {})
 
     def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
         return self.recall_batch([question], budget_tokens=[budget_tokens], rngs=[rng])[0]
 
     def recall_batch(self, questions: list[str], *, budget_tokens: list[int],
                      rngs: list[np.random.Generator]) -> list[Recall]:
-        keywords = self.query_keywords(list(questions))
+        seeds = ([int(r.integers(2**31)) for r in rngs] if self.decoding == "authors" and all(rngs)
+                 else None)  # the harness's per-question rngs; without them, seeds from the prompts
+        keywords = self.query_keywords(list(questions), seeds)
         return [self._recall_from(kw, b) for kw, b in zip(keywords, budget_tokens)]
 
     # ------------------------------------------------------------------ caching and reporting
     def memory_settings(self) -> dict[str, Any]:
         return {"method": self.name, "prompt_version": PROMPT_VERSION, "neighbours": self.neighbours,
                 "evo_threshold": self.evo_threshold, "batch_analysis": self.batch_analysis,
+                "decoding": self.decoding,
                 "tokens": {k: v for k, v in self.tokens.items() if k != "query"},
                 "embedder": getattr(self.embedder, "name", type(self.embedder).__name__)}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"notes": self.notes, "documents": self.documents, "evo_cnt": self.evo_cnt,
+        return {"notes": self.notes, "documents": self.documents, "evo_cnt": self.evo_cnt, "seed_base": self.seed_base,
                 "counters": dict(self.counters), "deviations": dict(self.deviations)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -317,6 +355,7 @@ class AMem(MemoryMethod):
         if len(self.documents) != len(self.notes):
             raise ValueError(f"A-MEM state: {len(self.notes)} notes but {len(self.documents)} documents")
         self.evo_cnt = int(state["evo_cnt"])
+        self.seed_base = int(state.get("seed_base", 0))
         self.counters = Counter(state.get("counters", {}))
         self.deviations = Counter(state.get("deviations", {}))
         # Embeddings are recomputed from the stored document texts (never pickled).
@@ -328,4 +367,19 @@ class AMem(MemoryMethod):
     def stats(self) -> dict[str, Any]:
         return {"deviations": dict(self.deviations), "parse": dict(self.counters),
                 "notes": len(self.notes), "evolutions": self.evo_cnt,
-                "links": sum(len(n["links"]) for n in self.notes)}
+                "links": sum(len(n["links"]) for n in self.notes),
+                "decoding": self.decoding, "link_expansion": self.link_expansion,
+                "settings_deviations": self.settings_deviations()}
+
+    def settings_deviations(self) -> dict[str, str]:
+        """Where this run's settings differ from the authors' code [A1], in words."""
+        out = {"focused_retry": "runs before the heuristics (the authors' parser fills empty keywords "
+                                "with heuristics first, so their retry never fires)"}
+        if self.decoding == "greedy":
+            out["decoding"] = "greedy (authors: T=0.7, focused retry T=0.3)"
+        capped = {kind: n for kind, n in self.tokens.items() if n < AUTHORS_MAX_TOKENS}
+        if capped:
+            out["generation_caps"] = f"{capped} new tokens (authors: max_tokens={AUTHORS_MAX_TOKENS})"
+        if self.link_expansion == "unique":
+            out["link_expansion"] = "each note rendered once (authors: once per hit or link that reaches it)"
+        return out

@@ -208,9 +208,29 @@ def test_query_keyword_fallback_is_counted():
     assert r.dia_ids == ["D1:2"] and "painted a sunrise" in r.context
 
 
-def test_link_expansion_follows_links_without_repeats():
+def test_link_expansion_repeats_notes_as_the_authors_by_default():
     amem = AMem(ScriptedLLM(router()), BagEmbedder(), k=2)
     amem.notes = [{"links": links} for links in ([2, 3, 4, 1], [0], [], [], [])]
+    # find_related_memories_raw: every hit, then up to k+1 of its links, whether listed before or not
+    assert amem.expand([0, 1]) == [0, 2, 3, 4, 1, 0]
+    assert amem.expand([3, 0]) == [3, 0, 2, 3, 4]
+    assert "link_expansion" not in amem.stats()["settings_deviations"]
+
+
+def test_repeated_notes_are_rendered_again_but_their_ids_count_once():
+    llm = ScriptedLLM(router(decision="DECISION: STRENGTHEN", strengthen="CONNECTIONS: 0\nTAGS: x",
+                             query="support group painting"))
+    amem = AMem(llm, BagEmbedder(), k=3)
+    amem.ingest(CONV, RNG)  # every later note links to note 0
+    [r] = amem.recall_batch(["q"], budget_tokens=[10_000], rngs=[RNG])
+    assert r.context.count("Speaker Carolinesays : I went to a LGBTQ support group") == 3  # hit + 2 links
+    assert len(r.dia_ids) == len(set(r.dia_ids)) == 3
+
+
+def test_link_expansion_unique_lists_each_note_once():
+    amem = AMem(ScriptedLLM(router()), BagEmbedder(), k=2, link_expansion="unique")
+    amem.notes = [{"links": links} for links in ([2, 3, 4, 1], [0], [], [], [])]
+    assert "link_expansion" in amem.stats()["settings_deviations"]
     # hit 0 brings at most k+1 = 3 links (2, 3, 4); hit 1 is new, its link 0 is already chosen
     assert amem.expand([0, 1]) == [0, 2, 3, 4, 1]
     # links already chosen still use up the k+1 looked at (as in find_related_memories_raw)
@@ -246,6 +266,50 @@ def test_state_dict_round_trip_is_json_and_recalls_the_same():
     assert other.stats()["evolutions"] == amem.evo_cnt == 3 and other.stats()["deviations"] == amem.stats()["deviations"]
 
 
+class SpyLLM(ScriptedLLM):
+    """Records the decoding settings of every generate call."""
+
+    def __init__(self, script):
+        super().__init__(script)
+        self.settings = []
+
+    def generate(self, prompts, **kw):
+        self.settings.append((kw.get("temperature"), kw.get("seeds")))
+        return super().generate(prompts, **kw)
+
+
+def test_greedy_by_default_and_the_deviations_are_listed():
+    llm = SpyLLM(router())
+    amem = AMem(llm, BagEmbedder())
+    amem.ingest(CONV, RNG)
+    amem.recall_batch(["q"], budget_tokens=[500], rngs=[RNG])
+    assert {t for t, _ in llm.settings} == {0.0} and all(seeds is None for _, seeds in llm.settings)
+    deviations = amem.stats()["settings_deviations"]
+    assert deviations["decoding"].startswith("greedy") and "max_tokens=1000" in deviations["generation_caps"]
+    assert amem.memory_settings()["decoding"] == "greedy"
+
+
+def test_authors_decoding_samples_at_0_7_with_seeds_from_the_run():
+    def run(seed):
+        llm = SpyLLM(router(analyze=""))  # empty analysis: the focused retry runs too
+        amem = AMem(llm, BagEmbedder(), decoding="authors")
+        amem.ingest(CONV, np.random.default_rng(seed))
+        amem.recall_batch(["q1", "q2"], budget_tokens=[500, 500],
+                          rngs=[np.random.default_rng(seed + 1), np.random.default_rng(seed + 2)])
+        return amem, llm.settings
+
+    amem, settings = run(0)
+    temperatures = [t for t, _ in settings]
+    assert set(temperatures) == {0.7, 0.3} and temperatures[1] == 0.3  # analysis, then the retry
+    assert all(seeds is not None and len(set(seeds)) == len(seeds) for _, seeds in settings)
+    assert run(0)[1] == settings and run(5)[1] != settings  # the run's seed decides the samples
+    assert "decoding" not in amem.stats()["settings_deviations"]
+    state = json.loads(json.dumps(amem.state_dict()))
+    other = AMem(ScriptedLLM(router()), BagEmbedder(), decoding="authors")
+    other.load_state_dict(state)
+    assert other.seed_base == amem.seed_base != 0
+
+
 def test_memory_settings_and_arguments():
     amem = AMem(ScriptedLLM(router()), BagEmbedder(), k=20)
     settings = amem.memory_settings()
@@ -255,6 +319,9 @@ def test_memory_settings_and_arguments():
         AMem(ScriptedLLM(router()), BagEmbedder(), k=0)
     with pytest.raises(ValueError, match="embedder"):
         AMem(ScriptedLLM(router()), None)
+    for arg in ("link_expansion", "decoding"):
+        with pytest.raises(ValueError, match=f"method.{arg}"):
+            AMem(ScriptedLLM(router()), BagEmbedder(), **{arg: "sometimes"})
 
 
 # ----------------------------------------------------------------------------- embedded model
