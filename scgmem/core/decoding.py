@@ -133,6 +133,7 @@ class SchemaConstraint(LogitsProcessor):
         self._scores: torch.Tensor | None = None  # previous step's raw scores, (rows, vocab)
         self._lse: torch.Tensor | None = None  # their logsumexp, (rows,)
         self._mask: torch.Tensor | None = None  # reused buffer, (rows, vocab) bool
+        self._dense_on_device: dict[int, torch.Tensor] = {}  # trie node -> its dense row on the scores' device
         self.dead_rows = 0  # rows that left the trie (beam filler), counted
 
     # ------------------------------------------------------------------ state
@@ -173,27 +174,41 @@ class SchemaConstraint(LogitsProcessor):
         """Whether every key below `node` is already in the row's list (distinct lists)."""
         return bool(used) and self.trie.count(node) <= used.count(node)
 
-    def _advance(self, generated: torch.Tensor, gen: list[list[int]]) -> list[RowState]:
+    def _advance(self, gen: list[list[int]], raw: list[float]) -> list[RowState]:
         position = len(gen[0]) - 1
         parents = [self.tracker.entries[(pid, tuple(row[:-1]))] for pid, row in zip(self._pids, gen)]
-        if self.record_logprobs:
-            prev_rows = torch.tensor([p[1] for p in parents], dtype=torch.long, device=self._scores.device)  # (rows,)
-            last = generated[:, -1].to(self._scores.device)  # (rows,)
-            raw = (self._scores[prev_rows, last] - self._lse[prev_rows]).tolist()  # (rows,)
-        else:
-            raw = [0.0] * len(gen)
         return [self._step(p[0], row[-1], lp, position) for p, row, lp in zip(parents, gen, raw)]
 
-    def _remember(self, states: list[RowState], gen: list[list[int]], scores: torch.Tensor) -> None:
-        if self.record_logprobs:
-            self._scores = scores
-            if self.scores_are_logprobs:
-                self._lse = torch.zeros(scores.shape[0], device=scores.device)  # (rows,)
-            else:
-                self._lse = torch.logsumexp(scores.float(), dim=-1)  # (rows,)
-            eos_lp = (torch.logsumexp(scores[:, self.eos.to(scores.device)].float(), dim=-1) - self._lse).tolist()
+    def _raw_logprobs(self, generated: torch.Tensor, gen: list[list[int]]) -> torch.Tensor | None:
+        """(rows,) raw log-prob of each row's last token under the previous step's scores, on
+        their device. Greedy rows keep their index; beam search reorders rows, so a row then
+        reads its parent's row (one index copy to the device)."""
+        if not self.record_logprobs or generated.shape[1] == 0:
+            return None
+        last = generated[:, -1].to(self._scores.device)  # (rows,)
+        prev = [self.tracker.entries[(pid, tuple(row[:-1]))][1] for pid, row in zip(self._pids, gen)]
+        if prev == list(range(len(prev))):
+            return self._scores.gather(1, last[:, None]).squeeze(1).float() - self._lse
+        prev_rows = torch.tensor(prev, dtype=torch.long).to(self._scores.device)  # (rows,)
+        return self._scores[prev_rows, last].float() - self._lse[prev_rows]
+
+    def _eos_logprobs(self, scores: torch.Tensor) -> torch.Tensor | None:
+        """(rows,) raw log-prob of ending here with EOS; keeps `scores` for the next step."""
+        if not self.record_logprobs:
+            return None
+        self._scores = scores
+        if self.scores_are_logprobs:
+            self._lse = torch.zeros(scores.shape[0], device=scores.device)  # (rows,)
         else:
-            eos_lp = [0.0] * len(states)
+            self._lse = torch.logsumexp(scores.float(), dim=-1)  # (rows,)
+        return torch.logsumexp(scores[:, self._eos_on(scores.device)].float(), dim=-1) - self._lse
+
+    def _eos_on(self, device) -> torch.Tensor:
+        if self.eos.device != torch.device(device):
+            self.eos = self.eos.to(device)  # once per call, not once per step
+        return self.eos
+
+    def _remember(self, states: list[RowState], gen: list[list[int]], eos_lp: list[float]) -> None:
         for row, (pid, prefix, state) in enumerate(zip(self._pids, gen, states)):
             self.tracker.entries[(pid, tuple(prefix))] = (state, row, eos_lp[row])
 
@@ -226,7 +241,9 @@ class SchemaConstraint(LogitsProcessor):
             dense = self.trie.dense_allowed(s.node)
             if dense is not None:
                 dense_rows.append(r)
-                dense_masks.append(dense)
+                if s.node not in self._dense_on_device:  # the trie is fixed during a call: copy each row once
+                    self._dense_on_device[s.node] = dense.to(device)
+                dense_masks.append(self._dense_on_device[s.node])
             else:
                 sparse_rows.append(r)
                 sparse_ids.append(self.trie.allowed(s.node))
@@ -234,23 +251,34 @@ class SchemaConstraint(LogitsProcessor):
                 end_rows.append(r)
                 if self.max_keys is not None and s.n_keys + 1 >= self.max_keys:
                     last_rows.append(r)
+        # Every index list goes to the device in one copy (each copy from host memory waits
+        # for the device), then is split back.
+        eos = self._eos_on(device)
+        parts: dict[str, torch.Tensor] = {}
         if sparse_rows:
             lengths = torch.tensor([len(a) for a in sparse_ids])
-            row_index = torch.repeat_interleave(torch.tensor(sparse_rows), lengths)  # (n_allowed,)
-            mask[row_index.to(device), torch.cat(sparse_ids).to(device)] = False
+            parts["sparse_rows"] = torch.repeat_interleave(torch.tensor(sparse_rows), lengths)  # (n_allowed,)
+            parts["sparse_ids"] = torch.cat(sparse_ids).long()
+        for name, values in (("dense", dense_rows), ("end", end_rows), ("last", last_rows), ("spent", spent_rows),
+                             ("spent_tokens", spent_tokens), ("no_eos", no_eos_rows), ("done", done_rows)):
+            if values:
+                parts[name] = torch.tensor(values, dtype=torch.long)
+        on_device = dict(zip(parts, torch.cat(list(parts.values())).to(device).split(
+            [len(t) for t in parts.values()]))) if parts else {}
+        if sparse_rows:
+            mask[on_device["sparse_rows"], on_device["sparse_ids"]] = False
         if dense_rows:
-            mask[torch.tensor(dense_rows, device=device)] = ~torch.stack(dense_masks).to(device)  # (n_dense, vocab)
-        eos = self.eos.to(device)
+            mask[on_device["dense"]] = ~torch.stack(dense_masks)  # (n_dense, vocab)
         if end_rows:  # a key may end here: with EOS, or with the terminator unless it is the last key
-            mask[torch.tensor(end_rows, device=device)[:, None], eos[None, :]] = False
+            mask[on_device["end"][:, None], eos[None, :]] = False
         if last_rows:
-            mask[torch.tensor(last_rows, device=device), self.terminator] = True
+            mask[on_device["last"], self.terminator] = True
         if spent_rows:
-            mask[torch.tensor(spent_rows, device=device), torch.tensor(spent_tokens, device=device)] = True
+            mask[on_device["spent"], on_device["spent_tokens"]] = True
         if no_eos_rows:
-            mask[torch.tensor(no_eos_rows, device=device)[:, None], eos[None, :]] = True
+            mask[on_device["no_eos"][:, None], eos[None, :]] = True
         if done_rows:
-            done = torch.tensor(done_rows, device=device)
+            done = on_device["done"]
             mask[done[:, None], eos[None, :]] = False
             mask[done, self.pad_id] = False
             self.dead_rows += sum(1 for r in done_rows if states[r].node == DEAD)
@@ -263,11 +291,18 @@ class SchemaConstraint(LogitsProcessor):
                              f"{self.trie.vocab_size}")
         generated = input_ids[:, self.prompt_length:]  # (rows, g)
         gen = generated.tolist()
+        raw = self._raw_logprobs(generated, gen)  # before _eos_logprobs replaces the kept scores
+        eos_lp = self._eos_logprobs(scores)
+        if self.record_logprobs:  # both in one device-to-host copy
+            fetched = torch.cat([eos_lp] if raw is None else [raw, eos_lp]).tolist()
+            raw, eos_lp = fetched[:-rows], fetched[-rows:]
+        else:
+            raw, eos_lp = [0.0] * rows, [0.0] * rows
         if generated.shape[1] == 0:
             states = self._start(input_ids[:, :self.prompt_length])
         else:
-            states = self._advance(generated, gen)
-        self._remember(states, gen, scores)
+            states = self._advance(gen, raw)
+        self._remember(states, gen, eos_lp)
         mask = self._build_mask(states, rows, vocab, scores.device)
         return scores.masked_fill(mask, float("-inf"))
 
