@@ -12,6 +12,8 @@ Measures, side by side in one run:
   prefix_cache             answers sharing one long context, prefix cache off / on (speedup, identical outputs)
   sweep_ratio              an 8-point k-sweep / a single run on the same slice (memory built once)
   turns_per_s, questions_per_s, peak_rss_mb   from the single run
+  compute_bound            GEMM throughput at the model's shapes; with COMPUTE_BOUND_RUN=<run dir>, that
+                           run's compute_bound_s, wall_s and efficiency (scripts/bench_compute_bound.py)
 Goals (issue 6): step ratio <= 1.10, token ratio <= 0.5, sweep ratio <= 1.3, peak memory <= 4 GB,
 full run <= 60 min on 2 CPU cores.
 """
@@ -35,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 FULL = os.environ.get("BENCH_FULL") == "1"
-PARTS = ("constrained_step", "prefix_cache", "ingest_tokens", "sweep")
+PARTS = ("constrained_step", "prefix_cache", "ingest_tokens", "sweep", "compute_bound")
 WANTED = [p for p in os.environ.get("BENCH_PARTS", ",".join(PARTS)).split(",") if p]
 if unknown := sorted(set(WANTED) - set(PARTS)):
     sys.exit(f"error: BENCH_PARTS: unknown part(s) {unknown}; choose from {', '.join(PARTS)}")
@@ -285,6 +287,11 @@ def main() -> None:
             result["sweep"] = bench_sweep(Path(tmp))
         if FULL:
             result["full_run"] = bench_full(Path(tmp))
+    if "compute_bound" in WANTED:
+        from bench_compute_bound import bench_compute_bound
+
+        run_dir = os.environ.get("COMPUTE_BOUND_RUN")
+        result["compute_bound"] = bench_compute_bound(Path(run_dir) if run_dir else None, quick=QUICK)
     out = ROOT / "results" / "bench" / f"{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
@@ -317,6 +324,10 @@ def main() -> None:
             ("questions/s (answer)", sweep["questions_per_s"], ""),
             ("peak RSS MB", sweep["peak_rss_mb"], "<= 4096"),
         ]
+    if "compute_bound" in result:
+        from bench_compute_bound import report_rows
+
+        rows += report_rows(result["compute_bound"])
     if FULL:
         rows.append(("full LoCoMo run, minutes", result["full_run"]["wall_min"], "<= 60"))
     print(f"{'measure':45s} {'value':>10s}  goal")
