@@ -126,3 +126,17 @@ def test_bench_part_runs_in_quick_mode(tmp_path):
 def test_bench_part_names_a_missing_summary(tmp_path):
     with pytest.raises(FileNotFoundError, match="summary.json: no run summary"):
         load_bench().load_run(tmp_path)
+
+
+def test_profile_summary_counts_self_and_total_frames():
+    load_bench()  # puts scripts/ on sys.path
+    from pyspy_summary import frame_key, summarize
+
+    raw = ["process 1:\"python\";main (run.py:10);generate (backend.py:200);forward (linear.py:5) 6",
+           "process 1:\"python\";main (run.py:10);generate (backend.py:210) 3",
+           "process 1:\"python\";main (run.py:11) 1", "not a stack line"]
+    got = summarize(raw)
+    assert got["samples"] == 10
+    assert got["self"]["forward (linear.py)"] == 6 and got["self"]["generate (backend.py)"] == 3
+    assert got["total"]["generate (backend.py)"] == 9 and got["total"]["main (run.py)"] == 10
+    assert frame_key("f (/x/.venv/lib/python3.11/site-packages/torch/a.py:3)") == "f (torch/a.py)"
