@@ -1,8 +1,11 @@
-"""Dense RAG: top-k turns by cosine similarity to the question (the field's reference point).
+"""Dense RAG, a generic baseline (ours): top-k turns by cosine similarity, shown in chronological order.
 
-Each turn is embedded as `speaker: [Image: caption] text` (A-MEM's rendering); the question
-is embedded verbatim; the k best turns are printed in chronological order with their
-session dates, cut to the token budget (lowest-ranked first).
+Not LoCoMo's RAG and not in the paper's Table 1. Each turn is embedded as
+`speaker: [Image: caption] text` (A-MEM's rendering) with the configured embedder (MiniLM by
+default); the question is embedded verbatim; the k (10, A-MEM's retrieve_k) best turns are
+printed in chronological order under DATE headers, cut to the token budget (lowest-ranked
+first). LoCoMo's own RAG (`evaluate_gpts.py`: date-prefixed units in rank order; dialogs,
+observations or session summaries) is `method=rag_locomo` (baselines/rag_locomo.py).
 """
 from __future__ import annotations
 
@@ -14,8 +17,10 @@ from scgmem.memory import MemoryMethod, Recall, dia_order, render_turn, render_t
 
 
 class DenseRAG(MemoryMethod):
-    """Args:
-        k: turns retrieved per question (LoCoMo's RAG experiments use 5-50; A-MEM's default 10).
+    """Generic dense RAG over turns (see the module docstring).
+
+    Args:
+        k: turns retrieved per question (A-MEM's retrieve_k default 10).
     """
 
     name = "rag"
@@ -50,6 +55,11 @@ class DenseRAG(MemoryMethod):
 
     def memory_settings(self) -> dict:
         return {"embedder": getattr(self.embedder, "name", None)}
+
+    def stats(self) -> dict:
+        return {"deviations": dict(self.deviations),
+                "baseline": (f"generic dense RAG (ours, not LoCoMo's RAG): "
+                             f"{getattr(self.embedder, 'name', 'embedder')} over turns, k={self.k}, chronological")}
 
 
 class LastTurns(MemoryMethod):
