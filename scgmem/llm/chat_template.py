@@ -7,8 +7,9 @@ another day gets another prompt, with a current date beside LoCoMo's temporal qu
 
 A `ChatPolicy` removes both: every conversation without a system message gets
 `system_prompt` (the same text for every model), and templates that read the date get
-`date` (as `date_string`, Llama's variable, and through `strftime_now`, which then formats
-that date instead of the clock). The protocol chooses the policy (configs/protocol/*.yaml);
+`date` (as `date_string`, Llama's variable, and through `strftime_now`, whose clock reads
+that date while a prompt is rendered: transformers turns callables handed to a template into
+inert placeholders, so the clock itself is frozen). The protocol chooses the policy (configs/protocol/*.yaml);
 `probe_sha256` hashes a rendered probe conversation, so the summary shows whether two runs
 rendered prompts alike.
 
@@ -19,9 +20,12 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 from dataclasses import asdict, dataclass
+
+from transformers.utils import chat_template_utils
 
 # One neutral sentence for every model (Qwen2.5's default ends with it); the upstream evaluation
 # codes send no system message to an API model, which adds none of its own.
@@ -57,9 +61,8 @@ class ChatPolicy:
         return dt.date.fromisoformat(str(self.date))
 
     def template_kwargs(self) -> dict:
-        """Variables handed to the template: they shadow the clock-reading global `strftime_now`."""
-        day = dt.datetime.combine(self.day, dt.time(0, 0))
-        return {"date_string": day.strftime(DATE_STRING_FORMAT), "strftime_now": day.strftime}
+        """Variables handed to the template (Llama 3.x reads `date_string` before its clock)."""
+        return {"date_string": self.day.strftime(DATE_STRING_FORMAT)}
 
     def with_system(self, messages: list[dict]) -> list[dict]:
         if self.system_prompt is None or (messages and messages[0].get("role") == "system"):
@@ -70,14 +73,36 @@ class ChatPolicy:
         return asdict(self)
 
 
+@contextlib.contextmanager
+def frozen_clock(day: dt.date):
+    """While rendering, the templates' `strftime_now` (datetime.now() in transformers'
+    chat_template_utils) reads `day` at midnight."""
+    real = getattr(chat_template_utils, "datetime", None)
+    if real is None:  # another transformers layout: only `date_string` fixes the date there
+        yield
+        return
+
+    class Frozen(real):
+        @classmethod
+        def now(cls, tz=None):
+            return cls.combine(day, dt.time(0, 0), tzinfo=tz)
+
+    chat_template_utils.datetime = Frozen
+    try:
+        yield
+    finally:
+        chat_template_utils.datetime = real
+
+
 def render_messages(tokenizer, messages: list[dict], policy: ChatPolicy, *,
                     add_generation_prompt: bool = True) -> str:
     """`messages` rendered with the tokenizer's chat template under `policy` (a readable
     "role: content" transcript for tokenizers without a template)."""
     messages = policy.with_system(messages)
     if tokenizer.chat_template:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
-                                             **policy.template_kwargs())
+        with frozen_clock(policy.day):
+            return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                                 **policy.template_kwargs())
     text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
     return text + ("assistant: " if add_generation_prompt else "")
 
