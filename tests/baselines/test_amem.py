@@ -310,6 +310,21 @@ def test_authors_decoding_samples_at_0_7_with_seeds_from_the_run():
     assert other.seed_base == amem.seed_base != 0
 
 
+def test_authors_decoding_on_the_real_backend_reproduces_per_seed(tiny_model_dir):
+    from scgmem.llm import LLM
+
+    llm = LLM(name="tiny", path=str(tiny_model_dir), context_window=2048, batch_size=4, memo_entries=0)
+    caps = {f"{kind}_tokens": 8 for kind in ("analyze", "retry", "decision", "strengthen", "update", "query")}
+
+    def run(seed):
+        amem = AMem(llm, BagEmbedder(), decoding="authors", **caps)
+        amem.ingest(CONV, np.random.default_rng(seed))
+        [r] = amem.recall_batch(["q"], budget_tokens=[300], rngs=[np.random.default_rng(seed)])
+        return [(n["keywords"], n["context"], n["tags"]) for n in amem.notes], r.context
+
+    assert run(0) == run(0) and run(0) != run(1)
+
+
 def test_memory_settings_and_arguments():
     amem = AMem(ScriptedLLM(router()), BagEmbedder(), k=20)
     settings = amem.memory_settings()
