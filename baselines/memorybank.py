@@ -37,8 +37,6 @@ shared/specs/baselines.md section 3:
 - "soft" (deviation): no deletion; rank by cos x R (the chosen curve) at QA time.
 - "off" (deviation, = the LoCoMo port [M2]): no forgetting, rank by cos.
 
-Randomness comes only from the ingest `rng`, so a seed reproduces the surviving memory.
-
 Tiny-LLM behaviour (spec section 3, counted in `deviations`): summaries are capped at
 `summary_max_new_tokens` (400, the original max_tokens); repeated lines are stripped
 (`summary_repeated_lines`, once per affected summary); empty summaries are dropped
@@ -57,7 +55,7 @@ import numpy as np
 from baselines.memorybank_forgetting import ForgettingCurve
 from baselines.memorybank_units import (EVENT_PROMPT, OVERALL_EVENT_ENTRY, OVERALL_EVENT_PROMPT,
                                        OVERALL_PERSONALITY_ENTRY, OVERALL_PERSONALITY_PROMPT, PERSONALITY_PROMPT,
-                                       SYSTEM_PROMPT, merge_neighbours, pair_turns)
+                                       SYSTEM_PROMPT, merge_neighbours, pair_turns, settings_deviations)
 from baselines.text import greedy_texts, parse_locomo_date, render_turn_line, strip_repeated_lines
 from scgmem.data.locomo import Conversation
 from scgmem.memory import MemoryMethod, Recall, dia_order
@@ -175,6 +173,7 @@ class MemoryBank(MemoryMethod):
                 counts[1] += 1
         return {"deviations": dict(self.deviations), "forgetting": self.forgetting,
                 "forgetting_curve": self.curve.curve,
+                "settings_deviations": settings_deviations(self.forgetting, self.simulate_recall),
                 "units": len(self.units), "units_alive": len(alive),
                 "summaries": sum(u["kind"] == "summary" for u in self.units),
                 "summaries_alive": sum(u["kind"] == "summary" for u in alive),

@@ -1,4 +1,5 @@
-"""MemoryBank's prompts, memory units and their same-date merging (SiliconFriend [M1], the LoCoMo port [M2])."""
+"""MemoryBank's prompts, memory units and their same-date merging (SiliconFriend [M1], the LoCoMo port [M2]),
+and where our settings depart from the authors' code."""
 from __future__ import annotations
 
 from scgmem.data.locomo import Session
@@ -59,3 +60,14 @@ def merge_neighbours(units: list[dict], uid: int, alive_ids: list[int], position
         if not grew:
             break
     return merged
+
+
+def settings_deviations(forgetting: str, simulate_recall: bool) -> dict[str, str]:
+    """Where a run's settings differ from the authors' code [M1], in words (stats -> summary.json)."""
+    out = {"decoding": "greedy summaries (authors: gpt-3.5-turbo at T=0.7)",
+           "recall_lookup": "a recalled unit is found by its id (the code looks it up by date)"}
+    if forgetting != "stochastic":
+        out["forgetting"] = f"{forgetting} (authors: units deleted by the curve's draws)"
+    if not simulate_recall:
+        out["simulate_recall"] = "off (SiliconFriend searches memory for every user utterance)"
+    return out

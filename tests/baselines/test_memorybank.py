@@ -362,6 +362,9 @@ def test_state_dict_is_json_and_roundtrips_with_recomputed_embeddings():
     settings = bank.memory_settings()
     assert settings["forgetting"] == "stochastic" and settings["embedder"] == "bag" and "k" not in settings
     assert settings["forgetting_curve"] == "code"
+    assert set(bank.stats()["settings_deviations"]) == {"decoding", "recall_lookup"}
+    off = build(THREE, forgetting="off", simulate_recall=False).stats()["settings_deviations"]
+    assert off["forgetting"].startswith("off") and "simulate_recall" in off
     assert bank.stats()["forgetting"] == "stochastic"
 
 
