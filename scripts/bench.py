@@ -14,6 +14,9 @@ Measures, side by side in one run:
   turns_per_s, questions_per_s, peak_rss_mb   from the single run
   compute_bound            GEMM throughput at the model's shapes; with COMPUTE_BOUND_RUN=<run dir>, that
                            run's compute_bound_s, wall_s and efficiency (scripts/bench_compute_bound.py)
+  batching                 model calls and rows per call of every method over all of LoCoMo (scripted LLM),
+                           conversations in turn vs 10 side by side; Table 1 H200-hours estimate
+                           (scripts/bench_batching.py; its embedded A-MEM timing runs alone, see there)
 Goals (issue 6): step ratio <= 1.10, token ratio <= 0.5, sweep ratio <= 1.3, peak memory <= 4 GB,
 full run <= 60 min on 2 CPU cores.
 """
@@ -37,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 FULL = os.environ.get("BENCH_FULL") == "1"
-PARTS = ("constrained_step", "prefix_cache", "ingest_tokens", "sweep", "compute_bound")
+PARTS = ("constrained_step", "prefix_cache", "ingest_tokens", "sweep", "compute_bound", "batching")
 WANTED = [p for p in os.environ.get("BENCH_PARTS", ",".join(PARTS)).split(",") if p]
 if unknown := sorted(set(WANTED) - set(PARTS)):
     sys.exit(f"error: BENCH_PARTS: unknown part(s) {unknown}; choose from {', '.join(PARTS)}")
@@ -292,6 +295,10 @@ def main() -> None:
 
         run_dir = os.environ.get("COMPUTE_BOUND_RUN")
         result["compute_bound"] = bench_compute_bound(Path(run_dir) if run_dir else None, quick=QUICK)
+    if "batching" in WANTED:
+        from bench_batching import bench_batching
+
+        result["batching"] = bench_batching(quick=QUICK)
     out = ROOT / "results" / "bench" / f"{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
@@ -328,6 +335,10 @@ def main() -> None:
         from bench_compute_bound import report_rows
 
         rows += report_rows(result["compute_bound"])
+    if "batching" in result:
+        from bench_batching import report_rows as batching_rows
+
+        rows += batching_rows(result["batching"])
     if FULL:
         rows.append(("full LoCoMo run, minutes", result["full_run"]["wall_min"], "<= 60"))
     print(f"{'measure':45s} {'value':>10s}  goal")

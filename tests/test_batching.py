@@ -189,7 +189,10 @@ def echo_reply(prompt: str) -> str:
     return f"KEYWORDS: {tail}\nCONTEXT: {tail}\nTAGS: {tail}\nDECISION: NO_EVOLUTION\nBreak point: <2>\n{tail}"
 
 
-def fake_pipeline(method: str, run_dir, parallel: int, answer_batch_size: int = 8):
+def fake_pipeline(method: str, run_dir, parallel: int, answer_batch_size: int = 8, llm=None,
+                  questions_per_category: int | None = 2):
+    """A pipeline over `method` (its config file's values) on the scripted `echo_reply` model
+    (or `llm`), a bag-of-words embedder and no memory cache; scripts/bench_batching.py uses it too."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
@@ -200,13 +203,14 @@ def fake_pipeline(method: str, run_dir, parallel: int, answer_batch_size: int = 
     from tests.baselines.test_amem import BagEmbedder
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    llm, embedder = ScriptedLLM(echo_reply), BagEmbedder()
+    llm, embedder = llm or ScriptedLLM(echo_reply), BagEmbedder()
     node = OmegaConf.load(CONFIG_DIR / "method" / f"{method}.yaml")
     return Pipeline(llm=llm, embedder=embedder, protocol=AmemProtocol({1: "multi_hop", 2: "temporal", 4: "single_hop",
                                                                        5: "adversarial"}),
                     method_factory=lambda view: instantiate(node, llm=view, embedder=embedder),
                     run_dir=run_dir, cache=MemoryCache(run_dir / "cache", enabled=False), seed=0,
-                    answer_batch_size=answer_batch_size, questions_per_category=2, progress=False,
+                    answer_batch_size=answer_batch_size, questions_per_category=questions_per_category,
+                    progress=False,
                     parallel_conversations=parallel)
 
 

