@@ -2,8 +2,8 @@
 
 Layout: <cache_dir>/memory/<method>/<key>/<sample_id>.json, where key hashes exactly what
 changes the built memory: the method class and its `memory_settings()`, the model (name,
-weights source, dtype), the seed, and the conversation's content (so `data.max_sessions`
-changes it). Files are JSON (never pickle) and written atomically; an unreadable file is
+weights source, dtype), how its chat template renders prompts (`prompt_fingerprint`), the seed,
+and the conversation's content (so `data.max_sessions` changes it). Files are JSON (never pickle) and written atomically; an unreadable file is
 rebuilt, not trusted.
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ def memory_key(method, llm, seed: int, conv: Conversation) -> str:
         "model": [getattr(llm, "name", None), getattr(llm, "source", None), str(getattr(llm.model, "dtype", ""))
                   if hasattr(llm, "model") else None],
         "seed": seed,
+        "prompts": getattr(llm, "prompt_fingerprint", None),  # chat template under the chat policy
         "conversation": conversation_fingerprint(conv),
     }
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:20]

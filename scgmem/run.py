@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from scgmem.cache import MemoryCache
 from scgmem.data.locomo import DataError, load_locomo, select
+from scgmem.llm.chat_template import ChatPolicy
 from scgmem.llm.loading import ModelFilesMissing
 from scgmem.llm.usage import UsageMeter
 from scgmem.pipeline import Pipeline
@@ -104,10 +105,17 @@ def evaluate(cfg: DictConfig) -> dict:
         raise UsageError(f"run.parallel_conversations must be a positive int, got {parallel!r}")
     check_run_dir(run_dir, cfg)
 
-    protocol = _instantiate(cfg.protocol, "protocol", categories=categories)
+    # protocol.chat: the chat policy (system message, date) every prompt of this job is rendered with
+    chat = OmegaConf.to_container(cfg.protocol.get("chat") or {}, resolve=True)
+    protocol = _instantiate(OmegaConf.masked_copy(cfg.protocol, [k for k in cfg.protocol if k != "chat"]),
+                            "protocol", categories=categories)
     start = time.perf_counter()
     llm = _shared("model", cfg.model, f"model={choices.get('model')}")
     llm.usage = UsageMeter()  # counts of this job only
+    try:
+        llm.set_chat_policy(ChatPolicy(**chat))
+    except TypeError as e:
+        raise UsageError(f"protocol.chat: {e}") from None
     load_s = time.perf_counter() - start
     embedder = _shared("embedder", cfg.embedder, f"embedder={choices.get('embedder')}")
     method_name = choices.get("method") or "method"
@@ -130,6 +138,8 @@ def evaluate(cfg: DictConfig) -> dict:
         llm_usage=llm.usage.snapshot(), config=OmegaConf.to_container(cfg, resolve=True),
     )
     summary["timing"]["model_load_s"] = round(load_s, 3)
+    summary["generation"] = llm.generation_report()  # effective decoding settings per call kind, chat template
+    summary["outputs_cut_at_cap"] = sum(int(c.get("cut_at_cap", 0)) for c in summary["tokens"].values())
     write_json_atomic(run_dir / "summary.json", summary)
     logger = instantiate(cfg.logger)
     logger.log_run(OmegaConf.to_container(cfg, resolve=True), summary, run_dir)

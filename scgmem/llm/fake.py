@@ -26,6 +26,14 @@ class ScriptedLLM:
         self.usage = UsageMeter()
         self.prompts: list[str] = []  # every prompt received, for assertions
         self._turn = 0
+        self.chat = None
+        self.prompt_fingerprint = "scripted"
+
+    def set_chat_policy(self, policy) -> None:
+        self.chat = policy
+
+    def generation_report(self) -> dict:
+        return {"calls": {}, "neutralised_model_defaults": {}, "chat_template": None, "caps": {}}
 
     def encode(self, text: str) -> list[int]:
         return [hash(w) % 50000 for w in text.split()]

@@ -21,7 +21,7 @@ from collections import defaultdict
 from transformers import GenerationConfig
 
 SPECIAL_TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
-BOOKKEEPING_KEYS = ("transformers_version", "_from_model_config")
+BOOKKEEPING_KEYS = ("transformers_version", "_from_model_config", "use_cache", "output_attentions", "output_hidden_states")
 
 # The settings that change which tokens come out, at their neutral values.
 NEUTRAL = {
@@ -52,7 +52,10 @@ def explicit_config(*, max_new_tokens: int, num_beams: int, num_return_sequences
     beams = num_beams > 1
     return GenerationConfig(
         **NEUTRAL, max_new_tokens=max_new_tokens, num_beams=num_beams, num_return_sequences=num_return_sequences,
-        length_penalty=length_penalty if beams else 1.0, early_stopping=True if beams else False,
+        # early_stopping=False: beam search stops when no running beam can beat the worst finished
+        # one (exact with length_penalty=0, where scores only fall); True stops at the first
+        # num_beams finished hypotheses, which need not be the best num_beams.
+        length_penalty=length_penalty if beams else 1.0, early_stopping=False,
         eos_token_id=list(eos_token_ids), pad_token_id=pad_token_id, use_cache=True,
         return_dict_in_generate=True, output_scores=beams)
 

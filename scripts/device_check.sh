@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The device check (docs/reproduce.md): every method on random-weight models with the exact
+# shapes of the four paper models, on one GPU, in bf16, without network. Writes one JSON per
+# shape to OUT_DIR: prefill/decode tokens/s, mean rows per generate call, peak GPU memory.
+#
+#   scripts/device_check.sh OUT_DIR                  # CUDA, the four paper shapes, <= 8 min on one H200
+#   DEVICE=cpu SHAPES=tiny scripts/device_check.sh OUT_DIR   # dry run on a CPU (part of `make test`)
+#
+# Packages the machine lacks (hydra-core, omegaconf, nltk, wandb, ...) are installed from a folder
+# of wheels, WHEELS (default .whl), into a private target folder, never into the system.
+set -euo pipefail
+OUT=${1:?usage: scripts/device_check.sh OUT_DIR}
+DEVICE=${DEVICE:-cuda}
+SHAPES=${SHAPES:-$([ "$DEVICE" = cpu ] && echo tiny || echo llama3.2-1b,qwen2.5-1.5b,qwen2.5-3b,llama3.2-3b)}
+METHODS=${METHODS:-full_context,rag,memorybank,readagent,amem,memgpt,scgmem}
+WHEELS=${WHEELS:-.whl}
+PYTHON=${PYTHON:-python3}
+BUDGET_S=${BUDGET_S:-420}   # no method starts after this; model builds and the last method fit the 8 minutes
+cd "$(dirname "$0")/.."
+if compgen -G "$WHEELS/*.whl" >/dev/null; then
+  SITE=$(mktemp -d)
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
+export TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+exec timeout 480 "$PYTHON" scripts/device_check.py --out "$OUT" --device "$DEVICE" --shapes "$SHAPES" \
+  --methods "$METHODS" --budget-s "$BUDGET_S" ${QUESTIONS:+--questions "$QUESTIONS"} --work "$(mktemp -d)"
