@@ -3,7 +3,8 @@ SHELL := /bin/bash
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
-# The CPU build of torch; on a CUDA machine pass e.g. TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu124"
+# The CPU build of torch (this machine's pip config). On a CUDA machine pass the CUDA build of
+# torch 2.13.0 for your CUDA version (docs/reproduce.md), e.g. TORCH="torch==2.13.0" from PyPI on Linux x86_64
 TORCH   ?= torch==2.13.0
 RUN     := $(BIN)/scgmem-run
 # Reproduction targets: override the models and the data slice from the command line, e.g.
@@ -13,7 +14,7 @@ SLICE   ?=
 OUT     ?= results/runs
 
 .DEFAULT_GOAL := help
-.PHONY: help install data prepare-model run test test-slow bench bench-full clean \
+.PHONY: help install data prepare-model run test test-slow bench bench-full clean device-check \
         reproduce-table1 reproduce-table2 reproduce-fig3 reproduce-fig4 report
 
 help: ## list the targets
@@ -44,6 +45,9 @@ test: ## fast test suite (CPU, a few minutes)
 
 test-slow: ## the slow tests too (1e4-case property test, every method end to end)
 	$(BIN)/python -m pytest -q -m "slow or not slow"
+
+device-check: ## the GPU check (random-weight paper shapes, every method): scripts/device_check.sh results/device
+	scripts/device_check.sh results/device
 
 bench: ## speed benchmark: prints ratios, writes results/bench/<timestamp>.json
 	$(BIN)/python scripts/bench.py
