@@ -9,8 +9,9 @@ Two families, one shared normaliser each:
   *multisets* after `normalize_locomo`, Porter-stemmed) and `f1_locomo_multi` for
   category 1 (comma-split gold and prediction).
 
-Beyond both: `evidence_recall` per question, `aggregate` (per-category means and the
-paper's unweighted "Average"), and `bootstrap_ci` / `paired_bootstrap` for uncertainty.
+Beyond both: `evidence_recall` per question, `aggregate` (per-category means, the paper's
+unweighted "Average" and LoCoMo's question-weighted "Overall"), and `bootstrap_ci` /
+`paired_bootstrap` for uncertainty. BERTScore, optional, is in `scgmem.bertscore`.
 
 Per-question scores are in 0..1; `aggregate` reports F1 and BLEU-1 in percent, as the
 paper does. Any change to a number produced here bumps `METRICS_VERSION`, which every
@@ -186,11 +187,14 @@ def aggregate(records: Iterable[Mapping], categories: Mapping[int, str]) -> dict
 
     Returns:
         {"categories": {name: {"n", "f1", "bleu1", "evidence_recall"}},
-         "average": {"f1", "bleu1"}}. F1 and BLEU-1 are in percent; evidence_recall is a
-        0..1 mean over the category's questions that have evidence (None if none).
-        "average" is the *unweighted* mean of the category means over categories with
-        n > 0 (the paper's definition, checked against every row of Table 1); None if
-        there are none. Categories without records get n=0 and None values.
+         "average": {"f1", "bleu1"}, "overall_weighted": {"f1", "bleu1", "n"}}. F1 and
+        BLEU-1 are in percent; evidence_recall is a 0..1 mean over the category's questions
+        that have evidence (None if none). "average" is the *unweighted* mean of the category
+        means over categories with n > 0 (the paper's definition, checked against every row
+        of Table 1); "overall_weighted" is the mean over all the records, i.e. each category
+        weighted by its question count (LoCoMo's "Overall", task_eval/evaluation_stats.py);
+        None if there are none. Categories without records get n=0 and None values. When
+        records carry "bertscore_f1" (0..1), it is aggregated the same way (percent).
 
     Raises:
         ValueError: a record's category is not in `categories`.
@@ -201,21 +205,26 @@ def aggregate(records: Iterable[Mapping], categories: Mapping[int, str]) -> dict
         if cat not in by_cat:
             raise ValueError(f"aggregate: record category {cat!r} is not in categories {dict(categories)!r}")
         by_cat[cat].append(r)
-    out: dict = {"categories": {}, "average": {}}
+    every = [r for rows in by_cat.values() for r in rows]
+    keys = ["f1", "bleu1"] + (["bertscore_f1"] if any("bertscore_f1" in r for r in every) else [])
+
+    def percent(rows: list[Mapping], key: str) -> float | None:
+        mean = _mean_or_none([float(r[key]) for r in rows if r.get(key) is not None])
+        return None if mean is None else 100.0 * mean
+
+    out: dict = {"categories": {}, "average": {}, "overall_weighted": {"n": len(every)}}
     for cat, name in categories.items():
         rows = by_cat[int(cat)]
-        f1 = _mean_or_none([float(r["f1"]) for r in rows])
-        bl = _mean_or_none([float(r["bleu1"]) for r in rows])
         out["categories"][name] = {
             "n": len(rows),
-            "f1": None if f1 is None else 100.0 * f1,
-            "bleu1": None if bl is None else 100.0 * bl,
+            **{key: percent(rows, key) for key in keys},
             "evidence_recall": _mean_or_none(
                 [float(r["evidence_recall"]) for r in rows if r.get("evidence_recall") is not None]),
         }
     scored = [c for c in out["categories"].values() if c["n"] > 0]
-    for key in ("f1", "bleu1"):
-        out["average"][key] = _mean_or_none([c[key] for c in scored])
+    for key in keys:
+        out["average"][key] = _mean_or_none([c[key] for c in scored if c[key] is not None])
+        out["overall_weighted"][key] = percent(every, key)
     return out
 
 

@@ -226,7 +226,8 @@ class Pipeline:
         prompt_rngs = [rng_for(self.seed, q.sample_id, q.index, PROMPT) for q in chunk]
         # The budget is the window minus the prompt without context, the answer, and a margin.
         empty = [self.protocol.build_prompt(q, "", rng_for(self.seed, q.sample_id, q.index, PROMPT)) for q in chunk]
-        budgets = [self.llm.context_window - self.llm.count_tokens(self.llm.render(p.messages))
+        budgets = [self.llm.context_window
+                   - self.llm.count_tokens(self.llm.render(p.messages, assistant_prefix=p.assistant_prefix))
                    - p.max_new_tokens - self.answer_margin_tokens for p in empty]
         t0 = self.clock()
         with self.llm.usage.under("recall"):
@@ -234,7 +235,7 @@ class Pipeline:
                                           rngs=[rng_for(self.seed, q.sample_id, q.index, RECALL) for q in chunk])
         recall_s = (self.clock() - t0) / len(chunk)
         prompts = [self.protocol.build_prompt(q, r.context, rng) for q, r, rng in zip(chunk, recalls, prompt_rngs)]
-        rendered = [self.llm.render(p.messages) for p in prompts]
+        rendered = [self.llm.render(p.messages, assistant_prefix=p.assistant_prefix) for p in prompts]
         answers: list[str] = [""] * len(chunk)
         latency = [recall_s] * len(chunk)
         prompt_tokens = [0] * len(chunk)
@@ -253,13 +254,19 @@ class Pipeline:
                 answers[i] = g[0].text
                 prompt_tokens[i] = g[0].n_prompt_tokens
                 latency[i] += share
+        # The answer to score: the reply itself, or its JSON field (protocol.answer_format).
+        extracted = [self.protocol.extract_answer(a, p) for a, p in zip(answers, prompts)]
+        answers = [a for a, _ in extracted]
+        bertscores = self.protocol.bertscore_f1(chunk, answers) or [None] * len(chunk)
         records = []
-        for q, r, p, answer, lat, ptoks in zip(chunk, recalls, prompts, answers, latency, prompt_tokens):
+        for q, r, p, answer, lat, ptoks, (_, fields), bert in zip(chunk, recalls, prompts, answers, latency,
+                                                                  prompt_tokens, extracted, bertscores):
             scores = self.protocol.score(q, answer, options=p.options)
             record = {
                 "sample_id": q.sample_id, "qa_index": q.index, "category": q.category,
                 "question": q.question, "reference": self.protocol.reference(q), "prediction": answer,
-                "f1": scores["f1"], "bleu1": scores["bleu1"],
+                "f1": scores["f1"], "bleu1": scores["bleu1"], **fields,
+                **({"bertscore_f1": bert} if bert is not None else {}),
                 "evidence": list(q.evidence), "retrieved": list(r.dia_ids),
                 "evidence_recall": evidence_recall(q.evidence, r.dia_ids),
                 "latency_s": round(lat, 4), "prompt_tokens": ptoks,

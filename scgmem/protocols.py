@@ -14,14 +14,24 @@ the answer is scored against, and scores it. The field scores LoCoMo two ways:
 Rules are keyed by the LoCoMo category *number* in the data file, as in both upstream
 codes; the `categories` mapping (config `data.categories`) only names them.
 
+Options shared by both (docs/scoring.md):
+
+- `answer_format`: "text" (the reply is the answer) or "json" (A-MEM's way: a system message
+  "You must respond with a JSON object.", the answer schema {"answer": string} stated in the
+  prompt, the reply primed with '{"answer": "'; the `answer` field is extracted, and a reply
+  that does not parse falls back to its text and is counted). Default: json for amem, text
+  for locomo, each matching its upstream code.
+- `bertscore`: BERTScore F1 per answer (scgmem.bertscore), with the protocol's peer settings.
+
 Example::
 
     protocol = AmemProtocol(categories={1: "multi_hop", 2: "temporal", 4: "single_hop", 5: "adversarial"})
     prompt = protocol.build_prompt(qa, recall.context, rng)       # AnswerPrompt
-    text = llm.render(prompt.messages)
+    text = llm.render(prompt.messages, assistant_prefix=prompt.assistant_prefix)
     [[gen]] = llm.generate([text], max_new_tokens=prompt.max_new_tokens,
                            temperature=prompt.temperature, seeds=[seed])
-    scores = protocol.score(qa, gen.text, options=prompt.options)  # {"f1", "bleu1"} in 0..1
+    answer, extra = protocol.extract_answer(gen.text, prompt)     # extra: {"reply", "answer_parsed"} (json)
+    scores = protocol.score(qa, answer, options=prompt.options)   # {"f1", "bleu1"} in 0..1
 """
 from __future__ import annotations
 
@@ -32,6 +42,9 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from scgmem import metrics
+from scgmem.answer_format import (ANSWER_FORMATS, JSON_PREFIX, JSON_SCHEMA_LINE, JSON_SYSTEM, answer_format_note,
+                                  extract_json_answer)
+from scgmem.bertscore import PEER_MODEL, BertScorer
 from scgmem.data.locomo import OFFICIAL_CATEGORIES, QA
 
 # The paper's scored columns: the official numbers without category 3 (open domain).
@@ -39,6 +52,7 @@ DEFAULT_CATEGORIES = {c: n for c, n in OFFICIAL_CATEGORIES.items() if c != 3}
 
 # Category-5 "right" option, verbatim in both upstream codes.
 NOT_MENTIONED = "Not mentioned in the conversation"
+
 
 
 @dataclass
@@ -51,12 +65,15 @@ class AnswerPrompt:
         max_new_tokens: cap on the answer length.
         options: the category-5 options in the order shown (recorded in predictions);
             None for other categories.
+        assistant_prefix: text the reply starts with (`LLM.render(..., assistant_prefix=)`);
+            the generated text continues it.
     """
 
     messages: list[dict]
     temperature: float
     max_new_tokens: int
     options: list[str] | None = None
+    assistant_prefix: str = ""
 
 
 def _cat5_distractor(qa: QA) -> str:
@@ -83,7 +100,8 @@ def _answer(qa: QA) -> str:
 
 
 def _user(content: str) -> list[dict]:
-    # Both upstream codes send the whole prompt as one user message, no system prompt.
+    # The whole prompt is one user message. LoCoMo's code sends nothing else; A-MEM's adds a
+    # system message and the schema, which answer_format=json adds (`Protocol._prompt`).
     return [{"role": "user", "content": content}]
 
 
@@ -96,12 +114,19 @@ class Protocol(abc.ABC):
         temperature: None -> the protocol's own values; a number -> that temperature for
             every category (0 = greedy).
         max_new_tokens: cap on each answer.
+        answer_format: "text" or "json" (module docstring); None -> the protocol's default.
+        bertscore: also score BERTScore F1 per answer (off by default: the peers' model,
+            roberta-large, is a hub download). bertscore_model / bertscore_layers /
+            bertscore_baseline: another model (a local directory needs its layer) or baseline file.
     """
 
     name: str = "base"
+    default_answer_format = "text"
 
     def __init__(self, categories: Mapping[int, str] | None = None, temperature: float | None = None,
-                 max_new_tokens: int = 50) -> None:
+                 max_new_tokens: int = 50, answer_format: str | None = None, bertscore: bool = False,
+                 bertscore_model: str = PEER_MODEL, bertscore_layers: int | None = None,
+                 bertscore_baseline: str | None = None) -> None:
         if categories is None:
             categories = DEFAULT_CATEGORIES
         try:
@@ -115,8 +140,20 @@ class Protocol(abc.ABC):
             raise ValueError(f"temperature must be None or a number >= 0, got {temperature!r}")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        answer_format = self.default_answer_format if answer_format is None else answer_format
+        if answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
         self.temperature = None if temperature is None else float(temperature)
         self.max_new_tokens = max_new_tokens
+        self.answer_format = answer_format
+        self.bertscorer = None
+        if bertscore:  # loaded now, so that missing weights fail before any answer is generated
+            self.bertscorer = self._bertscorer(bertscore_model, bertscore_layers, bertscore_baseline)
+            self.bertscorer.load()
+
+    def _bertscorer(self, model: str, layers: int | None, baseline: str | None) -> BertScorer:
+        """BERTScore with this protocol's peer settings (A-MEM's by default)."""
+        return BertScorer(model, layers, baseline_path=baseline)
 
     # -- per question ----------------------------------------------------------------------
     @abc.abstractmethod
@@ -140,6 +177,30 @@ class Protocol(abc.ABC):
         """{"f1": float, "bleu1": float}, both in 0..1. `options` (AnswerPrompt.options)
         matters only where the protocol maps an option letter back to its text."""
 
+    def _prompt(self, content: str, category: int, options: list[str] | None) -> AnswerPrompt:
+        """The AnswerPrompt of a finished user prompt, in this protocol's answer format."""
+        if self.answer_format == "json":
+            messages = [{"role": "system", "content": JSON_SYSTEM}, *_user(content + JSON_SCHEMA_LINE)]
+            return AnswerPrompt(messages, self.temperature_for(category), self.max_new_tokens, options, JSON_PREFIX)
+        return AnswerPrompt(_user(content), self.temperature_for(category), self.max_new_tokens, options)
+
+    def extract_answer(self, reply: str, prompt: AnswerPrompt) -> tuple[str, dict]:
+        """(the answer to score, fields for the prediction record) from the generated `reply`.
+
+        text: the reply itself, no fields. json: the `answer` field of prefix + reply; if that
+        does not parse, the reply's own text up to its closing quote (all of it if none), with
+        {"reply": the raw reply, "answer_parsed": False} (summary: `answer_format.unparsed`).
+        """
+        if self.answer_format == "text":
+            return reply, {}
+        return extract_json_answer(reply, prompt.assistant_prefix)
+
+    def bertscore_f1(self, qas: Sequence[QA], answers: Sequence[str]) -> list[float] | None:
+        """BERTScore F1 (0..1) of each answer against `reference(qa)`, or None when it is off."""
+        if self.bertscorer is None:
+            return None
+        return self.bertscorer.f1(list(answers), [self.reference(q) for q in qas])
+
     # -- for the summary -------------------------------------------------------------------
     def settings(self) -> dict:
         """Every setting that changes a number (written into summary.json)."""
@@ -149,6 +210,12 @@ class Protocol(abc.ABC):
             "temperature_override": self.temperature,
             "temperature": {str(c): self.temperature_for(c) for c in sorted(self.categories)},
             "max_new_tokens": self.max_new_tokens,
+            "answer_format": self.answer_format,
+            "answer_format_note": answer_format_note(self.answer_format),
+            "bertscore": self.bertscorer.settings() if self.bertscorer else None,
+            "averages": {"average": "unweighted mean of the category means (the paper's Average)",
+                         "overall_weighted": "mean over all scored questions, i.e. categories weighted by "
+                                             "question count (LoCoMo's Overall)"},
             **metrics.metric_settings(),
         }
 
@@ -168,16 +235,21 @@ class AmemProtocol(Protocol):
             which rewards taking the trap; reported upstream as a bug, A-mem issue #8; kept
             as the default for fidelity to the paper) or "answer" (the item's `answer` if
             the file has one, else "Not mentioned in the conversation": the correct choice).
-        Other arguments: see `Protocol`.
+            In locomo10.json two category-5 items have an `answer`, "No" (conv-26 qa 167
+            and 178): under "answer" they are scored against "No", an answer neither
+            option shows, so picking either option scores 0 (docs/scoring.md).
+        Other arguments (answer_format default "json", as A-MEM's code; bertscore with
+        A-MEM's settings): see `Protocol`.
     """
 
     name = "amem"
+    default_answer_format = "json"
     CAT5_REFERENCES = ("adversarial", "answer")
 
     def __init__(self, categories: Mapping[int, str] | None = None, temperature: float | None = None,
                  max_new_tokens: int = 50, base_temperature: float = 0.7, cat5_temperature: float = 0.5,
-                 cat5_reference: str = "adversarial") -> None:
-        super().__init__(categories, temperature, max_new_tokens)
+                 cat5_reference: str = "adversarial", **options) -> None:
+        super().__init__(categories, temperature, max_new_tokens, **options)
         for arg, value in (("base_temperature", base_temperature), ("cat5_temperature", cat5_temperature)):
             if not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"{arg} must be a number >= 0, got {value!r}")
@@ -208,7 +280,7 @@ class AmemProtocol(Protocol):
             body = ("Based on the context above, write an answer in the form of a short phrase for the "
                     "following question. Answer with exact words from the context whenever possible.\n"
                     f"Question: {qa.question}\nShort answer:")
-        return AnswerPrompt(_user(head + body), self.temperature_for(category), self.max_new_tokens, options)
+        return self._prompt(head + body, category, options)
 
     def reference(self, qa: QA) -> str:
         if self._check_category(qa) != 5:
@@ -226,7 +298,8 @@ class AmemProtocol(Protocol):
                 "choosing the trap (reported upstream: https://github.com/WujiangXu/A-mem/issues/8); "
                 "kept for fidelity to the paper's Table 1") if self.cat5_reference == "adversarial" else (
                 "category 5 is scored against the item's answer, else 'Not mentioned in the conversation' "
-                "(differs from A-MEM's code and the paper's Table 1)")
+                "(differs from A-MEM's code and the paper's Table 1); the 2 items whose answer is 'No' "
+                "(conv-26 qa 167, 178) are scored against 'No', which neither option shows")
         return super().settings() | {
             "f1_variant": "amem_token_set (lowercase; . , ! ? -> space; whitespace split; sets)",
             "cat5_reference": self.cat5_reference,
@@ -246,9 +319,15 @@ class LocomoProtocol(Protocol):
         BLEU-1 is not part of LoCoMo's code; it is reported for comparability with the
         same nltk settings as protocol=amem, against `reference(qa)` (category 5:
         "Not mentioned in the conversation").
+        answer_format defaults to "text" (evaluate_gpts.py reads the reply as the answer);
+        bertscore uses LoCoMo's settings (normalized strings, baseline rescaling, clamp at 0).
     """
 
     name = "locomo"
+
+    def _bertscorer(self, model: str, layers: int | None, baseline: str | None) -> BertScorer:
+        return BertScorer(model, layers, baseline_path=baseline, rescale_with_baseline=True, normalize=True,
+                          clamp_at_zero=True)
 
     def own_temperature(self, category: int) -> float:
         return 0.0  # evaluate_gpts.py calls the model with temperature=0
@@ -269,8 +348,7 @@ class LocomoProtocol(Protocol):
             body = ("Based on the above context, write an answer in the form of a short phrase for the "
                     "following question. Answer with exact words from the context whenever possible.\n\n"
                     f"Question: {question} Short answer:")
-        return AnswerPrompt(_user(f"{context}\n\n{body}"), self.temperature_for(category),
-                            self.max_new_tokens, options)
+        return self._prompt(f"{context}\n\n{body}", category, options)
 
     def reference(self, qa: QA) -> str:
         category = self._check_category(qa)

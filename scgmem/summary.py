@@ -4,6 +4,7 @@ from __future__ import annotations
 import platform
 from importlib import metadata
 
+from scgmem.answer_format import unparsed_count
 from scgmem.metrics import aggregate
 from scgmem.pipeline import RunState
 
@@ -63,7 +64,9 @@ def build_summary(*, records, state: RunState, method_name: str, model_name: str
         "protocol": protocol.name,
         "n_questions": n,
         "categories": scores["categories"],
-        "average": scores["average"],
+        "average": scores["average"],  # the paper's: unweighted mean of the category means
+        "overall_weighted": scores["overall_weighted"],  # LoCoMo's Overall: mean over all scored questions
+        "answer_format": {"format": getattr(protocol, "answer_format", None), **(unparsed_count(records) or {})},
         "structural_hallucination_rate": (counts[0] / counts[1] if counts and counts[1] else (0.0 if counts else None)),
         "structural_hallucination_counts": ({"outside_schema": counts[0], "generated": counts[1]} if counts else None),
         "timing": {"ingest_s": round(state.ingest_s, 3), "answer_s": round(state.answer_s, 3),

@@ -157,12 +157,25 @@ def test_aggregate_unweighted_percent_and_empty_categories():
     # unweighted mean over categories with n > 0: (100 + 0) / 2 = 50; weighted would be 25
     assert out["average"]["f1"] == pytest.approx(50.0)
     assert out["average"]["bleu1"] == pytest.approx((50.0 + 25.0) / 2)
+    # LoCoMo's Overall: the mean over all 4 questions, (1 + 0 + 0 + 0) / 4 = 25
+    assert out["overall_weighted"] == {"n": 4, "f1": pytest.approx(25.0), "bleu1": pytest.approx(100 * 1.25 / 4)}
+    assert "bertscore_f1" not in cats["multi_hop"]  # only when the records carry it
     json.dumps(out)
+
+
+def test_aggregate_bertscore_when_present():
+    records = [{**_rec(1, 1.0), "bertscore_f1": 0.9}, {**_rec(4, 0.0), "bertscore_f1": 0.3},
+               {**_rec(4, 0.0), "bertscore_f1": 0.5}]
+    out = aggregate(records, CATS)
+    assert out["categories"]["single_hop"]["bertscore_f1"] == pytest.approx(40.0)
+    assert out["average"]["bertscore_f1"] == pytest.approx((90.0 + 40.0) / 2)
+    assert out["overall_weighted"]["bertscore_f1"] == pytest.approx(100 * 1.7 / 3)
 
 
 def test_aggregate_no_records_and_unknown_category():
     out = aggregate([], CATS)
     assert out["average"] == {"f1": None, "bleu1": None}
+    assert out["overall_weighted"] == {"n": 0, "f1": None, "bleu1": None}
     assert all(c["n"] == 0 for c in out["categories"].values())
     with pytest.raises(ValueError, match="3"):
         aggregate([_rec(3, 1.0)], CATS)

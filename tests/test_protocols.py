@@ -27,8 +27,10 @@ CAT5 = qa(5, answer=None, adversarial="Yes", question="Did Caroline adopt a cat?
 
 
 def content(prompt: AnswerPrompt) -> str:
-    assert len(prompt.messages) == 1 and prompt.messages[0]["role"] == "user"
-    return prompt.messages[0]["content"]
+    """The user message; answer_format=json puts A-MEM's system message before it."""
+    roles = [m["role"] for m in prompt.messages]
+    assert roles == (["system", "user"] if prompt.assistant_prefix else ["user"])
+    return prompt.messages[-1]["content"]
 
 
 @pytest.fixture(params=[AmemProtocol, LocomoProtocol], ids=["amem", "locomo"])
@@ -240,9 +242,15 @@ def test_locomo_category5_reference_and_bleu():
 # -- Hydra configs ---------------------------------------------------------------------------
 
 
+def protocol_node(name: str):
+    """configs/protocol/<name>.yaml as the runner instantiates it: `chat` (the chat policy) goes to the model."""
+    cfg = OmegaConf.load(CONFIGS / f"{name}.yaml")
+    return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "chat"])
+
+
 @pytest.mark.parametrize("name, cls", [("amem", AmemProtocol), ("locomo", LocomoProtocol)])
 def test_yaml_instantiates(name, cls):
-    cfg = OmegaConf.load(CONFIGS / f"{name}.yaml")
+    cfg = protocol_node(name)
     assert "categories" not in cfg  # the runner passes data.categories
     categories = OmegaConf.create({"data": {"categories": CATS}}).data.categories
     protocol = instantiate(cfg, categories=categories)
@@ -254,10 +262,10 @@ def test_yaml_instantiates(name, cls):
 
 
 def test_yaml_values_are_the_upstream_ones():
-    amem = instantiate(OmegaConf.load(CONFIGS / "amem.yaml"))
+    amem = instantiate(protocol_node("amem"))
     assert (amem.base_temperature, amem.cat5_temperature, amem.cat5_reference) == (0.7, 0.5, "adversarial")
     assert amem.temperature is None
-    locomo = instantiate(OmegaConf.load(CONFIGS / "locomo.yaml"))
+    locomo = instantiate(protocol_node("locomo"))
     assert locomo.settings()["temperature"] == {"1": 0.0, "2": 0.0, "4": 0.0, "5": 0.0}
 
 
@@ -286,3 +294,35 @@ def test_every_real_question_builds_and_self_scores(locomo_path):
                     assert scores["f1"] == pytest.approx(1.0), (q, ref)
             n += 1
     assert n == 282 + 321 + 841 + 446  # categories 1, 2, 4, 5 in locomo10.json
+
+
+# -- category 5 items whose answer is "No" ---------------------------------------------------
+
+NO_ITEM = qa(5, answer="No", adversarial="Yes", question="Is Oscar Melanie's pet?")
+
+
+def test_cat5_no_items_are_scored_against_no_which_no_option_shows():
+    """Under cat5_reference=answer the reference is the item's "No"; the options shown are
+    "Not mentioned in the conversation" and the adversarial "Yes", so either choice scores 0
+    and only a free-form "No" scores. (docs/scoring.md)"""
+    p = AmemProtocol(cat5_reference="answer", answer_format="text")
+    prompt = p.build_prompt(NO_ITEM, "ctx", np.random.default_rng(0))
+    assert sorted(prompt.options) == sorted([NOT_MENTIONED, "Yes"]) and "No" not in prompt.options
+    assert p.reference(NO_ITEM) == "No"
+    for option in prompt.options:
+        assert p.score(NO_ITEM, option, options=prompt.options) == {"f1": 0.0, "bleu1": 0.0}
+    assert p.score(NO_ITEM, "No")["f1"] == 1.0
+    assert "conv-26 qa 167, 178" in p.settings()["cat5_reference_note"]
+    # The default (adversarial) rewards "Yes"; protocol=locomo credits "Not mentioned" as for any item.
+    assert AmemProtocol().score(NO_ITEM, "Yes")["f1"] == 1.0
+    assert LocomoProtocol().score(NO_ITEM, NOT_MENTIONED, options=prompt.options)["f1"] == 1.0
+    assert LocomoProtocol().score(NO_ITEM, "No", options=prompt.options)["f1"] == 0.0
+
+
+def test_the_real_file_has_exactly_two_such_items(locomo_path):
+    from scgmem.data.locomo import load_locomo
+
+    conversations, _ = load_locomo(locomo_path)
+    items = [(q.sample_id, q.index, q.answer, q.adversarial_answer)
+             for c in conversations for q in c.qa if q.category == 5 and q.answer is not None]
+    assert items == [("conv-26", 167, "No", "Yes"), ("conv-26", 178, "No", "Yes")]

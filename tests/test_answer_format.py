@@ -1,0 +1,103 @@
+"""answer_format=text|json: prompts, extraction, fallback counting, and the pipeline's records and summary."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from scgmem.answer_format import JSON_PREFIX, JSON_SYSTEM, extract_json_answer, parse_json_answer, unparsed_count
+from scgmem.data.locomo import QA
+from scgmem.protocols import AmemProtocol, LocomoProtocol
+from tests.test_protocols import CATS, protocol_node, qa
+
+
+def test_defaults_follow_each_upstream_code_and_are_recorded():
+    assert AmemProtocol().answer_format == "json"  # A-MEM: JSON reply, `answer` field scored
+    assert LocomoProtocol().answer_format == "text"  # LoCoMo: the reply is the answer
+    for name, fmt in (("amem", "json"), ("locomo", "text")):
+        protocol = instantiate(protocol_node(name), categories=CATS)
+        assert protocol.answer_format == fmt and protocol.settings()["answer_format"] == fmt
+    assert "fall back" in AmemProtocol().settings()["answer_format_note"]
+    with pytest.raises(ValueError, match="answer_format must be one of .*'xml'"):
+        AmemProtocol(answer_format="xml")
+
+
+@pytest.mark.parametrize("cls", [AmemProtocol, LocomoProtocol])
+def test_json_prompt_sends_amem_system_message_schema_and_primed_reply(cls):
+    rng = np.random.default_rng(0)
+    json_prompt = cls(CATS, answer_format="json").build_prompt(qa(2), "ctx", rng)
+    assert json_prompt.messages[0] == {"role": "system", "content": JSON_SYSTEM}
+    assert JSON_SYSTEM == "You must respond with a JSON object."  # A-MEM memory_layer.py, verbatim
+    assert json_prompt.messages[1]["content"].endswith('{"answer": "<short answer>"}.')
+    assert json_prompt.assistant_prefix == JSON_PREFIX == '{"answer": "'
+    text_prompt = cls(CATS, answer_format="text").build_prompt(qa(2), "ctx", np.random.default_rng(0))
+    assert [m["role"] for m in text_prompt.messages] == ["user"] and text_prompt.assistant_prefix == ""
+    # the same question text in both formats
+    assert json_prompt.messages[1]["content"].startswith(text_prompt.messages[0]["content"])
+
+
+@pytest.mark.parametrize("reply, answer, parsed", [
+    ('7 May 2023"}', "7 May 2023", True),                     # the primed object, closed
+    ('7 May 2023"} I hope this helps.', "7 May 2023", True),  # text after the object is ignored
+    ('  Paris "}', "Paris", True),
+    ('7 May 2023', "7 May 2023", False),                       # cut by max_new_tokens: fallback to the text
+    ('He said "hi" twice', "He said", False),                  # unescaped quote: the string ends there
+    ('', "", False),
+])
+def test_extraction_and_fallback(reply, answer, parsed):
+    got, fields = extract_json_answer(reply, JSON_PREFIX)
+    assert (got, fields) == (answer, {"reply": reply, "answer_parsed": parsed})
+
+
+def test_parse_takes_the_first_object_and_stringifies_non_strings():
+    assert parse_json_answer('Sure! {"answer": "yes"} {"answer": "no"}') == "yes"
+    assert parse_json_answer('{"answer": 2022}') == "2022"
+    assert parse_json_answer('{"reply": "x"}') is None and parse_json_answer("no json") is None
+    # without a primed prefix, a reply that is not JSON falls back whole (A-MEM: the raw response)
+    assert extract_json_answer('The answer is "x"', prefix="") == ('The answer is "x"',
+                                                                   {"reply": 'The answer is "x"', "answer_parsed": False})
+
+
+def test_text_format_scores_the_reply_as_generated():
+    p = LocomoProtocol(CATS)
+    prompt = p.build_prompt(qa(4), "ctx", np.random.default_rng(0))
+    assert p.extract_answer(' {"answer": "x"}', prompt) == (' {"answer": "x"}', {})
+
+
+def _conversation_with_questions():
+    from tests.baselines import CONV
+
+    qas = (QA(CONV.sample_id, 0, "When did Caroline go?", 2, "7 May 2023", None, ("D1:1",)),
+           QA(CONV.sample_id, 1, "What did Melanie paint?", 4, "a sunrise", None, ("D1:2",)))
+    return dataclasses.replace(CONV, qa=qas)
+
+
+def test_pipeline_scores_the_field_records_the_reply_and_counts_fallbacks(tmp_path):
+    from scgmem.cache import MemoryCache
+    from scgmem.llm.fake import ScriptedLLM
+    from scgmem.pipeline import Pipeline, RunState
+    from scgmem.run import CONFIG_DIR
+    from scgmem.summary import build_summary
+
+    def reply(prompt: str) -> str:  # a closed object for the date question, a cut reply for the other
+        return '7 May 2023"}' if "When did" in prompt else "a sunrise by the"
+
+    llm = ScriptedLLM(reply)
+    node = OmegaConf.load(CONFIG_DIR / "method" / "full_context.yaml")
+    protocol = AmemProtocol(CATS, temperature=0)
+    pipeline = Pipeline(llm=llm, embedder=None, protocol=protocol,
+                        method_factory=lambda view: instantiate(node, llm=view, embedder=None), run_dir=tmp_path,
+                        cache=MemoryCache(tmp_path / "cache", enabled=False), seed=0, progress=False)
+    records = sorted(pipeline.run([_conversation_with_questions()]), key=lambda r: r["qa_index"])
+    assert all(p.endswith(JSON_PREFIX) for p in llm.prompts)  # every answer prompt is primed
+    assert [r["prediction"] for r in records] == ["7 May 2023", "a sunrise by the"]
+    assert [r["answer_parsed"] for r in records] == [True, False]
+    assert records[0]["reply"] == '7 May 2023"}' and records[0]["f1"] == 1.0
+    summary = build_summary(records=records, state=RunState(), method_name="full_context", model_name="m",
+                            protocol=protocol, categories=CATS, seed=0, data_info={}, llm_usage={}, config={})
+    assert summary["answer_format"] == {"format": "json", "n": 2, "unparsed": 1}
+    assert summary["protocol_settings"]["answer_format"] == "json"
+    assert unparsed_count([{"f1": 1.0}]) is None  # text-format records carry no such field
