@@ -5,43 +5,45 @@ close a run's wall time came to the time its LLM arithmetic needs (scgmem/report
     BENCH_PARTS=compute_bound make bench                                          # same, as a bench part
     .venv/bin/python scripts/bench_compute_bound.py --quick                       # tiny shapes (smoke test)
 
-Throughput is measured as sustained rate over short windows (best of a few: the machine is shared):
+Kernels (scripts/gemm_timing.py), each timed as a sustained rate over short windows, best of three:
   stack    the decoder layers' 7 weight products at M rows (M = prompt tokens of a batch in prefill,
            batch rows in decode); the distinct weights of every layer at M <= 32 (decode streams them
            from memory as the model does), 2 layers above (weights reused M times: compute-bound)
   head     lm_head (d x vocab) at M rows
-  sdpa     causal attention (torch's scaled_dot_product_attention, KV heads repeated as HF does)
+  sdpa     attention at each phase's mean lengths (torch's scaled_dot_product_attention, KV heads
+           repeated as HF does): causal prefill, and one query row per sequence in decode
 fp32 always; bf16 only where the CPU has native bf16 instructions (avx512_bf16 or amx_bf16).
 Thread placement: 1 thread, 2 threads in one process, 2 processes of 1 thread running at once.
 
-compute_bound_s (per phase): each FLOP kind divided by the rate measured at the phase's own shapes,
-  with the machine's best 2-core placement; compute_bound_1thread_s: the same at 1 thread.
-efficiency = compute_bound_s / wall_s, wall_s = the phase's time in the summary (ingest_s; recall and
-  answer share answer_s); the run total also uses the model load time only when --wall is given.
+compute_bound_1core_s: each FLOP kind of each phase / the 1-thread rate per CPU second at the phase's
+  own shapes (what one core does; CPU time, because this machine is shared: see gemm_timing.py).
+compute_bound_s: the same with the machine's best 2-core placement (its measured capacity gain
+  over 1 thread, at a decode-like and a prefill-like M).
+efficiency = compute_bound_s / wall_s; wall_s = the summary's ingest_s + answer_s, or --wall (the
+  whole command). With --cpu-s (the run's CPU seconds): efficiency_cpu = compute_bound_1core_s / cpu_s,
+  how much of the core time the run got went into needed arithmetic at the measured rates.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import multiprocessing as mp
 import os
 import sys
 import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))  # gemm_timing, importable by name in spawned workers
 
+from gemm_timing import interpolate, measure, measure_two_processes  # noqa: E402
 from scgmem.report.flops import ModelShape, parse_cpuinfo, run_flops  # noqa: E402
 
 # The summary's timing field each phase's LLM work runs inside.
 PHASE_CLOCK = {"ingest": "ingest_s", "recall": "answer_s", "answer": "answer_s"}
 TINY = ModelShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, head_dim=16, vocab=512)
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def embedded_model_dir() -> Path:
@@ -55,114 +57,6 @@ def read_cpu() -> dict:
         "model_name": None, "logical_cpus": os.cpu_count(), "vector_flags": [], "native_bf16": False}
     info["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     return info
-
-
-# ---------------------------------------------------------------------------------------------- kernels
-def build_kernel(kind: str, shape: ModelShape, dtype: torch.dtype, **dims):
-    """A callable doing one repetition of `kind`, and the FLOPs one repetition counts."""
-    g = torch.Generator().manual_seed(0)
-
-    def rand(*size):
-        return torch.randn(*size, generator=g).to(dtype)
-
-    if kind == "stack":
-        m = dims["m"]
-        layers = shape.layers if m <= 32 else min(2, shape.layers)
-        weights = [[rand(n, k) for _, k, n in shape.layer_gemms()] for _ in range(layers)]
-        inputs = {k: rand(m, k) for _, k, _ in shape.layer_gemms()}
-        keys = [k for _, k, _ in shape.layer_gemms()]
-
-        def run():
-            for layer in weights:
-                for k, w in zip(keys, layer):
-                    F.linear(inputs[k], w)
-        return run, 2 * m * layers * sum(k * n for _, k, n in shape.layer_gemms())
-    if kind == "head":
-        m = dims["m"]
-        x, w = rand(m, shape.hidden), rand(shape.vocab, shape.hidden)
-        return (lambda: F.linear(x, w)), 2 * m * shape.hidden * shape.vocab
-    if kind in ("sdpa_prefill", "sdpa_decode"):
-        rows, q_len, ctx = dims["rows"], dims["q_len"], dims["ctx"]
-        q = rand(rows, shape.heads, q_len, shape.head_dim)
-        k, v = (rand(rows, shape.kv_heads, ctx, shape.head_dim) for _ in range(2))
-        groups = shape.heads // shape.kv_heads
-        causal = kind == "sdpa_prefill"
-
-        def run():
-            kk, vv = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-            F.scaled_dot_product_attention(q, kk, vv, is_causal=causal)
-        pairs = rows * (q_len * ctx / 2 if causal else q_len * ctx)  # (query, key) pairs a layer computes
-        return run, 4 * shape.attention_width * pairs
-    raise ValueError(f"unknown kernel kind {kind!r}")
-
-
-def sustained_rate(run, flops: float, window_s: float, windows: int, barrier=None) -> list[tuple[int, float]]:
-    """(repetitions, seconds) of each window; one warm-up repetition first."""
-    run()
-    out = []
-    for _ in range(windows):
-        if barrier is not None:
-            barrier.wait()
-        reps, t0 = 0, time.perf_counter()
-        while True:
-            run()
-            reps += 1
-            elapsed = time.perf_counter() - t0
-            if elapsed >= window_s:
-                break
-        out.append((reps, elapsed))
-    return out
-
-
-def _worker(specs: list[dict], barrier, queue) -> None:
-    torch.set_num_threads(1)
-    for spec in specs:
-        run, flops = build_kernel(spec["kind"], ModelShape(**spec["shape"]), DTYPES[spec["dtype"]], **spec["dims"])
-        queue.put((flops, sustained_rate(run, flops, spec["window_s"], spec["windows"], barrier)))
-
-
-def measure_two_processes(specs: list[dict]) -> list[float]:
-    """For each spec, the best summed FLOP/s of two 1-thread processes running it at once (windows
-    start together at a barrier). One pair of processes serves every spec: spawning costs seconds."""
-    ctx = mp.get_context("spawn")
-    barrier, queue = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(specs, barrier, queue)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    rates = []
-    for spec in specs:
-        results = [queue.get() for _ in procs]
-        rates.append(max(sum(f * w[i][0] for f, w in results) / max(w[i][1] for _, w in results)
-                         for i in range(spec["windows"])))
-    for p in procs:
-        p.join()
-    return rates
-
-
-def measure(kind: str, shape: ModelShape, dtype: str = "fp32", threads: int = 1,
-            window_s: float = 0.5, windows: int = 3, **dims) -> float:
-    """Best sustained FLOP/s of `kind` in this process at `threads` threads, over `windows` windows."""
-    kept = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        run, flops = build_kernel(kind, shape, DTYPES[dtype], **dims)
-        return max(flops * reps / secs for reps, secs in sustained_rate(run, flops, window_s, windows))
-    finally:
-        torch.set_num_threads(kept)
-
-
-def interpolate(grid: dict[int, float], m: float) -> float:
-    """Rate at M from a grid measured at a few M, linear in log(M), clamped to the grid's ends."""
-    ms = sorted(grid)
-    if m <= ms[0]:
-        return grid[ms[0]]
-    if m >= ms[-1]:
-        return grid[ms[-1]]
-    for lo, hi in zip(ms, ms[1:]):
-        if lo <= m <= hi:
-            t = (math.log(m) - math.log(lo)) / (math.log(hi) - math.log(lo))
-            return grid[lo] + t * (grid[hi] - grid[lo])
-    raise AssertionError("unreachable")
 
 
 # ----------------------------------------------------------------------------------------------- the run
@@ -189,29 +83,40 @@ def run_settings(summary: dict) -> tuple[int, int]:
     return int(model.get("batch_size", 8)), int(model.get("max_batch_tokens", 16384))
 
 
-def bound_seconds(flops: dict, shapes: dict, rates: dict, scale_prefill: float, scale_decode: float) -> dict:
-    """Seconds each FLOP kind needs at the measured rates; scale_*: placement gain over 1 thread."""
-    stack, head = rates["stack"], rates["head"]
+def bound_seconds(flops: dict, shapes: dict, rates: dict, gain_prefill: float, gain_decode: float) -> dict:
+    """Seconds each FLOP kind needs at the 1-thread CPU rates, times a placement's gain over 1 thread."""
+    def rate(kind, m=None):
+        grid = rates[kind]
+        return interpolate({k: v["cpu"] for k, v in grid.items()}, m) if m is not None else grid["cpu"]
     parts = {
-        "body_prefill": flops["body_prefill"] / (interpolate(stack, shapes["m_prefill"]) * scale_prefill),
-        "body_decode": flops["body_decode"] / (interpolate(stack, shapes["m_decode"]) * scale_decode),
-        "head": flops["head"] / (interpolate(head, shapes["m_decode"]) * scale_decode),
-        "attention_prefill": flops["attention_prefill"] / (rates["sdpa_prefill"] * scale_prefill),
-        "attention_decode": flops["attention_decode"] / (rates["sdpa_decode"] * scale_decode),
+        "body_prefill": flops["body_prefill"] / (rate("stack", shapes["m_prefill"]) * gain_prefill),
+        "body_decode": flops["body_decode"] / (rate("stack", shapes["m_decode"]) * gain_decode),
+        "head": flops["head"] / (rate("head", shapes["m_decode"]) * gain_decode),
+        "attention_prefill": flops["attention_prefill"] / (rate("sdpa_prefill") * gain_prefill),
+        "attention_decode": flops["attention_decode"] / (rate("sdpa_decode") * gain_decode),
     }
     parts["total"] = sum(parts.values())
     return parts
 
 
-def measure_rates(shape: ModelShape, quick: bool, attention_shapes: list[dict]) -> dict:
+def attention_key(kind: str, rows: int, q_len: int, ctx: int) -> str:
+    return f"{kind}:{rows}x{q_len}x{ctx}"
+
+
+def attention_dims(shapes: dict) -> list[dict]:
+    return [{"kind": "sdpa_prefill", "rows": 1, "q_len": shapes["prefill_ctx"], "ctx": shapes["prefill_ctx"]},
+            {"kind": "sdpa_decode", "rows": shapes["rows"], "q_len": 1, "ctx": shapes["decode_ctx"]}]
+
+
+def measure_rates(shape: ModelShape, quick: bool, attention: list[dict]) -> dict:
     """1-thread fp32 rates: stack and head over a grid of M, attention at each phase's shapes."""
     window, windows = (0.05, 1) if quick else (0.5, 3)
     ms = [1, 8, 64] if quick else [1, 8, 32, 128, 512, 2048]
     head_ms = [1, 8, 64] if quick else [1, 8, 64, 512, 2048]
     rates = {"stack": {m: measure("stack", shape, m=m, window_s=window, windows=windows) for m in ms},
              "head": {m: measure("head", shape, m=m, window_s=window, windows=windows) for m in head_ms}}
-    for dims in attention_shapes:
-        key = f"{dims['kind']}:{dims['rows']}x{dims['q_len']}x{dims['ctx']}"
+    for dims in attention:
+        key = attention_key(**dims)
         if key not in rates:
             rates[key] = measure(dims["kind"], shape, window_s=window, windows=windows,
                                  **{k: v for k, v in dims.items() if k != "kind"})
@@ -226,13 +131,15 @@ def measure_placement(shape: ModelShape, quick: bool, m_decode: int, m_prefill: 
                                     "window_s": window, "windows": windows} for _, m in points])
     out = {}
     for (label, m), two_procs in zip(points, pairs):
-        row = {"1thread": measure("stack", shape, threads=1, m=m, window_s=window, windows=windows),
+        row = {"m": m, "1thread": measure("stack", shape, threads=1, m=m, window_s=window, windows=windows),
                "2threads": measure("stack", shape, threads=2, m=m, window_s=window, windows=windows),
                "2procs": two_procs}
-        row.update({"m": m, "2threads_over_1": row["2threads"] / row["1thread"],
-                    "2procs_over_1": row["2procs"] / row["1thread"],
-                    "2procs_over_2threads": row["2procs"] / row["2threads"]})
-        row["best_2core_gain"] = max(row["2threads_over_1"], row["2procs_over_1"])
+        for kind in ("wall", "capacity"):  # wall: under the load of the moment; capacity: see gemm_timing
+            one = row["1thread"][kind]
+            row[f"{kind}_2threads_over_1"] = row["2threads"][kind] / one
+            row[f"{kind}_2procs_over_1"] = row["2procs"][kind] / one
+            row[f"{kind}_2procs_over_2threads"] = row["2procs"][kind] / row["2threads"][kind]
+        row["best_2core_gain"] = max(1.0, row["capacity_2threads_over_1"], row["capacity_2procs_over_1"])
         out[label] = row
     return out
 
@@ -244,18 +151,20 @@ def measure_bf16(shape: ModelShape, cpu: dict, quick: bool, ms: tuple[int, int])
     window, windows = (0.05, 1) if quick else (0.5, 3)
     out = {"measured": True}
     for m in ms:
-        fp32 = measure("stack", shape, "fp32", m=m, window_s=window, windows=windows)
-        bf16 = measure("stack", shape, "bf16", m=m, window_s=window, windows=windows)
-        out[f"m{m}"] = {"fp32": fp32, "bf16": bf16, "bf16_over_fp32": bf16 / fp32}
+        fp32 = measure("stack", shape, "fp32", m=m, window_s=window, windows=windows)["cpu"]
+        bf16 = measure("stack", shape, "bf16", m=m, window_s=window, windows=windows)["cpu"]
+        out[f"m{m}"] = {"fp32_gflops": fp32 / 1e9, "bf16_gflops": bf16 / 1e9, "bf16_over_fp32": bf16 / fp32}
     return out
 
 
 def logits_cost(shape: ModelShape, rates: dict, rows: int, prompt_len: int) -> dict:
     """Prefill with lm_head over every prompt position vs over the last one per row (measured rates)."""
+    stack = {m: r["cpu"] for m, r in rates["stack"].items()}
+    head = {m: r["cpu"] for m, r in rates["head"].items()}
     m = rows * prompt_len
-    body_s = 2 * m * shape.body_params / interpolate(rates["stack"], m)
-    head_all_s = 2 * m * shape.head_params / interpolate(rates["head"], m)
-    head_last_s = 2 * rows * shape.head_params / interpolate(rates["head"], rows)
+    body_s = 2 * m * shape.body_params / interpolate(stack, m)
+    head_all_s = 2 * m * shape.head_params / interpolate(head, m)
+    head_last_s = 2 * rows * shape.head_params / interpolate(head, rows)
     return {"rows": rows, "prompt_len": prompt_len, "head_all_over_last": head_all_s / head_last_s,
             "prefill_with_all_logits_over_last_only": (body_s + head_all_s) / (body_s + head_last_s)}
 
@@ -269,32 +178,40 @@ def run_efficiency(shape: ModelShape, summary: dict, rates: dict, placement: dic
         if not flops["calls"]:
             continue
         shapes = phase_shapes(flops, batch_size, max_tokens, quick)
+        prefill_dims, decode_dims = attention_dims(shapes)
         phase_rates = {"stack": rates["stack"], "head": rates["head"],
-                       "sdpa_prefill": rates[f"sdpa_prefill:1x{shapes['prefill_ctx']}x{shapes['prefill_ctx']}"],
-                       "sdpa_decode": rates[f"sdpa_decode:{shapes['rows']}x1x{shapes['decode_ctx']}"]}
+                       "sdpa_prefill": rates[attention_key(**prefill_dims)],
+                       "sdpa_decode": rates[attention_key(**decode_dims)]}
         one = bound_seconds(flops, shapes, phase_rates, 1.0, 1.0)
         best = bound_seconds(flops, shapes, phase_rates, placement["prefill"]["best_2core_gain"],
                              placement["decode"]["best_2core_gain"])
-        phases[phase] = {"flops": flops, "shapes": shapes, "bound_s": best, "bound_1thread_s": one}
+        phases[phase] = {"flops": flops, "shapes": shapes, "bound_s": best, "bound_1core_s": one}
         clock = PHASE_CLOCK.get(phase)
         if clock in timing:
             c = clocks.setdefault(clock, {"wall_s": float(timing[clock]), "compute_bound_s": 0.0,
-                                          "compute_bound_1thread_s": 0.0})
+                                          "compute_bound_1core_s": 0.0})
             c["compute_bound_s"] += best["total"]
-            c["compute_bound_1thread_s"] += one["total"]
+            c["compute_bound_1core_s"] += one["total"]
     for c in clocks.values():
         c["efficiency"] = c["compute_bound_s"] / c["wall_s"] if c["wall_s"] else None
-        c["efficiency_1thread"] = c["compute_bound_1thread_s"] / c["wall_s"] if c["wall_s"] else None
-    wall = sum(c["wall_s"] for c in clocks.values())
+    # Phases outside the three above (e.g. calls made under the meter's default phase "other") are
+    # counted in the run's total, which is set against the run's whole LLM time.
+    wall = float(timing.get("ingest_s", 0.0)) + float(timing.get("answer_s", 0.0))
     bound = sum(p["bound_s"]["total"] for p in phases.values())
-    bound_one = sum(p["bound_1thread_s"]["total"] for p in phases.values())
-    return {"phases": phases, "clocks": clocks, "flops_total": sum(p["flops"]["total"] for p in phases.values()),
-            "compute_bound_s": bound, "compute_bound_1thread_s": bound_one, "wall_s": wall,
+    bound_one = sum(p["bound_1core_s"]["total"] for p in phases.values())
+    return {"phases": phases, "clocks": clocks, "unattributed_phases": sorted(set(phases) - set(PHASE_CLOCK)),
+            "flops_total": sum(p["flops"]["total"] for p in phases.values()),
+            "compute_bound_s": bound, "compute_bound_1core_s": bound_one, "wall_s": wall,
             "wall_s_is": "sum of the summary's ingest_s and answer_s (model load and data loading excluded)",
-            "efficiency": bound / wall if wall else None, "efficiency_1thread": bound_one / wall if wall else None}
+            "efficiency": bound / wall if wall else None, "efficiency_1core": bound_one / wall if wall else None}
 
 
-def bench_compute_bound(run_dir: Path | None = None, quick: bool = False, wall_s: float | None = None) -> dict:
+def gflops(rate: dict) -> dict:
+    return {k: v / 1e9 for k, v in rate.items()}
+
+
+def bench_compute_bound(run_dir: Path | None = None, quick: bool = False, wall_s: float | None = None,
+                        cpu_s: float | None = None) -> dict:
     cpu = read_cpu()
     shape = TINY if quick else ModelShape.from_dir(embedded_model_dir())
     summary = load_run(run_dir) if run_dir else None
@@ -305,21 +222,18 @@ def bench_compute_bound(run_dir: Path | None = None, quick: bool = False, wall_s
     else:  # no run: a typical answer batch (8 rows of 256 tokens, 16 generated)
         typical = {"calls": 8, "mean_prompt": 256.0, "mean_cached": 0.0, "mean_generated": 16.0}
         shapes = [phase_shapes(typical, 8, 16384, quick)]
-    attention = [d for s in shapes for d in (
-        {"kind": "sdpa_prefill", "rows": 1, "q_len": s["prefill_ctx"], "ctx": s["prefill_ctx"]},
-        {"kind": "sdpa_decode", "rows": s["rows"], "q_len": 1, "ctx": s["decode_ctx"]})]
     load_before = os.getloadavg()
-    rates = measure_rates(shape, quick, attention)
+    rates = measure_rates(shape, quick, [d for s in shapes for d in attention_dims(s)])
     heaviest = max(shapes, key=lambda s: s["m_prefill"])
     m_prefill = int(min(max(heaviest["m_prefill"], 8), max(rates["stack"])))
     placement = measure_placement(shape, quick, m_decode=heaviest["m_decode"], m_prefill=m_prefill)
     out = {"quick": quick, "cpu": cpu, "model_shape": shape.__dict__,
            "body_params": shape.body_params, "head_params": shape.head_params,
            "loadavg_before_after": [load_before, os.getloadavg()],
-           "rates_gflops_1thread_fp32": {k: ({str(m): r / 1e9 for m, r in v.items()} if isinstance(v, dict)
-                                             else v / 1e9) for k, v in rates.items()},
-           "placement_gflops": {k: {p: (v / 1e9 if p in ("1thread", "2threads", "2procs") else v)
-                                    for p, v in row.items()} for k, row in placement.items()},
+           "rates_gflops_1thread_fp32": {k: ({str(m): gflops(r) for m, r in v.items()} if "cpu" not in v
+                                             else gflops(v)) for k, v in rates.items()},
+           "placement_gflops": {k: {p: (gflops(v) if isinstance(v, dict) else v) for p, v in row.items()}
+                                for k, row in placement.items()},
            "bf16": measure_bf16(shape, cpu, quick, (heaviest["m_decode"], m_prefill)),
            "logits_over_prompt": logits_cost(shape, rates, heaviest["rows"], heaviest["prefill_len"])}
     if summary is not None:
@@ -327,7 +241,9 @@ def bench_compute_bound(run_dir: Path | None = None, quick: bool = False, wall_s
         if wall_s is not None:  # the process's own wall time (model load, data, embedder included)
             eff.update(wall_s=wall_s, wall_s_is="measured around the whole command",
                        efficiency=eff["compute_bound_s"] / wall_s,
-                       efficiency_1thread=eff["compute_bound_1thread_s"] / wall_s)
+                       efficiency_1core=eff["compute_bound_1core_s"] / wall_s)
+        if cpu_s is not None:  # CPU seconds the run's process used: robust to other jobs on the machine
+            eff.update(cpu_s=cpu_s, efficiency_cpu=eff["compute_bound_1core_s"] / cpu_s)
         out["run"] = {"dir": str(run_dir), "method": summary.get("method"), "model": summary.get("model"),
                       "n_questions": summary.get("n_questions"), **eff}
         out.update(compute_bound_s=eff["compute_bound_s"], wall_s=eff["wall_s"], efficiency=eff["efficiency"])
@@ -335,13 +251,13 @@ def bench_compute_bound(run_dir: Path | None = None, quick: bool = False, wall_s
 
 
 def report_rows(result: dict) -> list[tuple[str, float | None, str]]:
-    place = result["placement_gflops"]
-    rows = [(f"GEMM GFLOP/s 1 thread, stack M={m}", v, "") for m, v in result["rates_gflops_1thread_fp32"]
-            ["stack"].items()]
-    for label, row in place.items():
-        rows += [(f"{label} M={row['m']}: 2 threads / 1 thread", row["2threads_over_1"], ""),
-                 (f"{label} M={row['m']}: 2 procs of 1 / 1 thread", row["2procs_over_1"], ""),
-                 (f"{label} M={row['m']}: 2 procs / 2 threads", row["2procs_over_2threads"], "")]
+    rows = [(f"stack GFLOP/s per CPU s, 1 thread, M={m}", v["cpu"], "")
+            for m, v in result["rates_gflops_1thread_fp32"]["stack"].items()]
+    for label, row in result["placement_gflops"].items():
+        rows += [(f"{label} M={row['m']}: capacity 2 threads / 1", row["capacity_2threads_over_1"], ""),
+                 (f"{label} M={row['m']}: capacity 2 procs / 1", row["capacity_2procs_over_1"], ""),
+                 (f"{label} M={row['m']}: capacity 2 procs / 2 threads", row["capacity_2procs_over_2threads"], ""),
+                 (f"{label} M={row['m']}: wall now 2 procs / 2 threads", row["wall_2procs_over_2threads"], "")]
     logits = result["logits_over_prompt"]
     rows += [("lm_head over all prompt positions / last only", logits["head_all_over_last"], ""),
              ("prefill with all logits / last only", logits["prefill_with_all_logits_over_last_only"], "")]
@@ -354,9 +270,12 @@ def report_rows(result: dict) -> list[tuple[str, float | None, str]]:
             rows += [(f"{clock}: compute bound s (2 cores)", c["compute_bound_s"], ""),
                      (f"{clock}: wall s", c["wall_s"], ""), (f"{clock}: efficiency", c["efficiency"], ">= 0.67")]
         rows += [("run compute_bound_s (2 cores)", run["compute_bound_s"], ""),
-                 ("run compute_bound_1thread_s", run["compute_bound_1thread_s"], ""),
+                 ("run compute_bound_1core_s", run["compute_bound_1core_s"], ""),
                  ("run wall_s", run["wall_s"], ""), ("run efficiency", run["efficiency"], ">= 0.67"),
-                 ("run efficiency vs 1-thread bound", run["efficiency_1thread"], "")]
+                 ("run efficiency vs 1-core bound", run["efficiency_1core"], "")]
+        if "cpu_s" in run:
+            rows += [("run CPU s (user + sys)", run["cpu_s"], ""),
+                     ("efficiency_cpu: 1-core bound / CPU s", run["efficiency_cpu"], "")]
     return rows
 
 
@@ -365,10 +284,11 @@ def main() -> None:
     parser.add_argument("--run", type=Path, default=os.environ.get("COMPUTE_BOUND_RUN"),
                         help="a finished run directory (summary.json); env COMPUTE_BOUND_RUN")
     parser.add_argument("--wall", type=float, help="the command's own wall seconds, if measured around it")
+    parser.add_argument("--cpu-s", type=float, help="the run process's CPU seconds (user + sys), if measured")
     parser.add_argument("--quick", action="store_true", help="tiny shapes and windows (a smoke run)")
     parser.add_argument("--out", type=Path, help="JSON path (default results/bench/compute_bound-<stamp>.json)")
     args = parser.parse_args()
-    result = bench_compute_bound(args.run, quick=args.quick, wall_s=args.wall)
+    result = bench_compute_bound(args.run, quick=args.quick, wall_s=args.wall, cpu_s=args.cpu_s)
     out = args.out or ROOT / "results" / "bench" / f"compute_bound-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))

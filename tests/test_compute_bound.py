@@ -110,8 +110,11 @@ def test_bench_part_runs_in_quick_mode(tmp_path):
     (run / "summary.json").write_text(json.dumps(summary))
     result = bench.bench_compute_bound(run, quick=True)
     assert result["quick"] and result["cpu"]["logical_cpus"] >= 1
-    assert all(r > 0 for r in result["rates_gflops_1thread_fp32"]["stack"].values())
-    assert set(result["placement_gflops"]) == {"decode", "prefill"}
+    assert all(r["cpu"] > 0 and r["wall"] > 0 for r in result["rates_gflops_1thread_fp32"]["stack"].values())
+    placement = result["placement_gflops"]
+    assert set(placement) == {"decode", "prefill"}
+    assert all(row[p]["capacity"] > 0 for row in placement.values() for p in ("1thread", "2threads", "2procs"))
+    assert all(row["best_2core_gain"] >= 1 for row in placement.values())
     assert result["bf16"]["measured"] == result["cpu"]["native_bf16"]
     assert result["logits_over_prompt"]["head_all_over_last"] > 1
     clocks = result["run"]["clocks"]
@@ -121,6 +124,7 @@ def test_bench_part_runs_in_quick_mode(tmp_path):
     phases = result["run"]["phases"]
     assert phases["answer"]["flops"]["prompt_tokens"] == 300  # the cached prefix is not recomputed
     assert result["compute_bound_s"] == pytest.approx(sum(p["bound_s"]["total"] for p in phases.values()))
+    assert result["compute_bound_s"] <= result["run"]["compute_bound_1core_s"]  # 2 cores never slower
 
 
 def test_bench_part_names_a_missing_summary(tmp_path):
@@ -134,9 +138,10 @@ def test_profile_summary_counts_self_and_total_frames():
 
     raw = ["process 1:\"python\";main (run.py:10);generate (backend.py:200);forward (linear.py:5) 6",
            "process 1:\"python\";main (run.py:10);generate (backend.py:210) 3",
-           "process 1:\"python\";main (run.py:11) 1", "not a stack line"]
-    got = summarize(raw)
+           "main (run.py:11) 1", "not a stack line"]
+    got = summarize(raw, [("decode", "forward ("), ("generation", "generate")])
     assert got["samples"] == 10
+    assert got["groups"] == {"decode": 6, "generation": 3, "rest": 1}
     assert got["self"]["forward (linear.py)"] == 6 and got["self"]["generate (backend.py)"] == 3
     assert got["total"]["generate (backend.py)"] == 9 and got["total"]["main (run.py)"] == 10
     assert frame_key("f (/x/.venv/lib/python3.11/site-packages/torch/a.py:3)") == "f (torch/a.py)"
