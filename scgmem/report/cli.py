@@ -44,7 +44,10 @@ def report(experiment: str, args) -> dict[str, list[Path]]:
     data = [r.summary.get("data") or {} for r in runs]
     slices = sorted({f"samples={d.get('samples')}, max_sessions={d.get('max_sessions')}, "
                      f"questions_per_category={d.get('questions_per_category')}" for d in data})
-    note = f"Runs: {runs_dir} ({len(runs)} run directories). Data: {'; '.join(slices)}."
+    # Runs from before answer_format existed scored the reply as text.
+    scoring = sorted({f"protocol={r.summary.get('protocol')}, answer_format="
+                      f"{(r.summary.get('answer_format') or {}).get('format') or 'text'}" for r in runs})
+    note = f"Runs: {runs_dir} ({len(runs)} run directories). Data: {'; '.join(slices)}. Scoring: {'; '.join(scoring)}."
     kw = {"n_resamples": args.n_resamples, "seed": args.seed}
     if experiment in ("table1", "table2"):
         paper = PaperTable(Path(args.paper) / f"{experiment}.csv", "method" if experiment == "table1" else "variant")

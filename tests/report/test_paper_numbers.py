@@ -135,3 +135,22 @@ def test_report_prints_the_weighted_overall_beside_the_unweighted_average(tmp_pa
     assert scg.cells["overall_weighted_f1"].paper is None  # the paper prints no such column
     md = to_markdown(table)
     assert "Overall (weighted) F1" in md and "LoCoMo's Overall" in md
+
+
+def test_report_notes_the_scoring_of_its_runs(tmp_path):
+    from scgmem.report import cli
+
+    import json
+
+    old = write_run(tmp_path / "runs" / "old", model="qwen2.5-3b", method="amem", records=[rec("c", 0, 1, 1.0)])
+    new = write_run(tmp_path / "runs" / "new", model="qwen2.5-3b", method="scgmem", records=[rec("c", 0, 1, 1.0)])
+    for run, fmt in ((old, None), (new, {"format": "json", "n": 1, "unparsed": 0})):
+        summary = json.loads((run / "summary.json").read_text())
+        summary.pop("answer_format")  # a summary from before the option existed
+        if fmt:
+            summary["answer_format"] = fmt
+        (run / "summary.json").write_text(json.dumps(summary))
+    assert cli.main(["table1", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out"),
+                     "--paper", str(PAPER_DIR), "--n-resamples", "10"]) == 0
+    md = (tmp_path / "out" / "tables" / "table1.md").read_text()
+    assert "Scoring: protocol=amem, answer_format=json; protocol=amem, answer_format=text." in md
