@@ -50,24 +50,6 @@ log = logging.getLogger(__name__)
 
 
 
-@dataclass
-class AgentState:
-    """Everything a question may change: core memory, archival storage and the FIFO queue."""
-
-    core: CoreMemory
-    archival: ArchivalStorage
-    queue: list[dict[str, Any]] = field(default_factory=list)
-    alerted: bool = False  # the memory-pressure alert was sent since the last summary
-    messages_total: int = 0  # messages ever appended (summaries excluded)
-    since_insert: list[str] = field(default_factory=list)  # provenance of the next archival insert
-    now: str = ""  # the latest session date
-
-    def clone(self) -> "AgentState":
-        core = CoreMemory(self.core.blocks["persona"], self.core.blocks["human"], self.core.char_limit)
-        return AgentState(core, self.archival.clone(), [dict(m) for m in self.queue], self.alerted,
-                          self.messages_total, list(self.since_insert), self.now)
-
-
 class MemGPT(MemoryMethod):
     """MemGPT on one conversation.
 
@@ -311,7 +293,10 @@ class MemGPT(MemoryMethod):
         # other from the prefix cache (it holds about two such prompts). One at a time, a step's
         # prompt extends the previous step's, the newest cache entry. Decoding, not prefill, is
         # most of a step (py-spy on conv-26: ~83% vs ~16%), so 8 questions still took ~34 min.
-        outcomes = [self._run(state, self.qa_steps) for state in states]
+        # Under the batching front with run.parallel_conversations > 1, `llm.map` runs the chains
+        # (independent: each has its own state) as sub-jobs whose steps share calls.
+        run_chains = getattr(self.llm, "map", None) or (lambda fn, items: [fn(x) for x in items])
+        outcomes = run_chains(lambda state: self._run(state, self.qa_steps), states)
         out = []
         for q, state, steps, budget in zip(questions, states, outcomes, budget_tokens):
             results = [r for name, _, r in steps if name in SEARCH_FUNCTIONS and r.ok]
@@ -329,56 +314,6 @@ class MemGPT(MemoryMethod):
                 extras["draft"] = drafts[-1][:500]
             out.append(Recall(context, ids, extras))
         return out
-
-    def context(self, state: AgentState, results: list[ToolResult], budget: int) -> tuple[str, list[str]]:
-        """Core memory, the summary, this loop's search results and the FIFO tail, within `budget` tokens.
-
-        Priority when the budget binds: search results, core memory, summary, then the newest turns.
-        """
-        count = self.llm.count_tokens
-        core = "Core memory:\n" + state.core.render()
-        summary = state.queue[0]["content"] if state.queue and state.queue[0]["kind"] == "summary" else ""
-        found = ["Search results:"] + [r.message for r in results] if results else []
-        turns = [m for m in state.queue if m["kind"] == "turn"]
-
-        def render(parts_core, parts_summary, parts_found, tail):
-            sections = [parts_core, parts_summary, "\n".join(parts_found),
-                        "Recent messages:\n" + "\n".join(m["content"] for m in tail) if tail else ""]
-            return "\n\n".join(s for s in sections if s)
-
-        left = budget
-        kept_found = []
-        for text in found:
-            piece = truncate_to_tokens(self.llm, text, left - 2)
-            if piece:
-                kept_found.append(piece)
-                left -= count(piece) + 2
-        kept_core = truncate_to_tokens(self.llm, core, left - 2)
-        left -= count(kept_core) + 2 if kept_core else 0
-        kept_summary = truncate_to_tokens(self.llm, summary, left - 2) if summary else ""
-        left -= count(kept_summary) + 2 if kept_summary else 0
-        tail: list[dict[str, Any]] = []
-        left -= 6  # the "Recent messages:" header
-        for m in reversed(turns):
-            cost = count(m["content"]) + 1
-            if cost > left:
-                break
-            tail.insert(0, m)
-            left -= cost
-        if kept_found == ["Search results:"]:
-            kept_found = []
-        context = render(kept_core, kept_summary, kept_found, tail)
-        while tail and count(context) > budget:  # joins can cost more than estimated
-            tail.pop(0)
-            context = render(kept_core, kept_summary, kept_found, tail)
-        if count(context) > budget:
-            context = truncate_to_tokens(self.llm, context, budget)
-        ids = [m["dia_id"] for m in tail]
-        for r in results:
-            for hit_ids, text in r.hits:
-                if text and text in context:
-                    ids += hit_ids
-        return context, list(dict.fromkeys(ids))
 
     # ------------------------------------------------------------------ caching and reporting
     def memory_settings(self) -> dict[str, Any]:

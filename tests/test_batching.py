@@ -173,6 +173,32 @@ def test_a_failing_job_stops_the_others_and_its_error_is_raised():
     assert front.run([lambda: 5], width=1) == [5]  # the front is usable again
 
 
+def map_jobs(width: int):
+    """Two jobs; each answers three independent two-step chains through `llm.map`."""
+    real = LoggingLLM()
+    front = BatchingFront(real)
+
+    def job(name):
+        def run():
+            llm = front.current().llm
+            with llm.usage.under("recall"):
+                return llm, llm.map(lambda q: chain(lambda: llm, f"{name}{q}", 2)(), ["a", "b", "c"])
+        return run
+
+    out = front.run([job("x"), job("y")], width=width)
+    return real, [answers for _, answers in out], [view.usage.snapshot() for view, _ in out]
+
+
+def test_map_runs_independent_chains_as_sub_jobs_that_batch_with_other_jobs():
+    real, answers, usage = map_jobs(width=2)
+    plain_real, plain_answers, plain_usage = map_jobs(width=1)
+    assert answers == plain_answers  # same answers, in item order
+    assert [p for p, _ in real.log] == [("xa s0", "xb s0", "xc s0", "ya s0", "yb s0", "yc s0"),
+                                        ("reply s0 s1",) * 6]
+    assert [len(p) for p, _ in plain_real.log] == [1] * 12  # width 1: a plain loop, one call at a time
+    assert usage == plain_usage and usage[0]["recall"]["calls"] == 6  # counted in the caller's meter
+
+
 def test_width_must_be_positive():
     with pytest.raises(ValueError, match="run.parallel_conversations must be positive"):
         BatchingFront(LoggingLLM()).run([], width=0)

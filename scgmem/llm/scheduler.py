@@ -51,9 +51,9 @@ class _Request:
     kwargs: dict
     phase: str
 
-    def group_key(self, worker_index: int) -> tuple:
+    def group_key(self, worker) -> tuple:
         if self.kwargs.get("processors") is not None:
-            return ("alone", worker_index)
+            return ("alone", id(worker))
         settings = tuple(sorted((k, _frozen(v)) for k, v in self.kwargs.items() if k not in ("seeds", "processors")))
         return (self.phase, self.kwargs.get("seeds") is None, settings)
 
@@ -67,7 +67,8 @@ class _Worker:
     index: int
     job: Callable[[], Any]
     front: "BatchingFront"
-    state: str = "ready"  # ready | waiting | done
+    parent: "_Worker | None" = None  # set for the sub-jobs of `BatchingFront.map`
+    state: str = "ready"  # ready | waiting (on the model) | joining (on its sub-jobs) | done
     request: _Request | None = None
     reply: Any = None
     reply_error: BaseException | None = None
@@ -75,10 +76,12 @@ class _Worker:
     error: BaseException | None = None
     clock_s: float = 0.0  # seconds attributed to this job: its own running time + its share of calls
     resumed_at: float = 0.0
+    children_left: int = 0
     go: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
 
     def __post_init__(self) -> None:
-        self.llm = WorkerLLM(self)
+        # A sub-job acts for its parent: same view of the model, so the same usage meter and phase.
+        self.llm = self.parent.llm if self.parent is not None else WorkerLLM(self)
         self.thread = threading.Thread(target=self._main, daemon=True, name=f"scgmem-job-{self.index}")
         self.thread.start()
 
@@ -112,7 +115,14 @@ class WorkerLLM:
         return getattr(self._worker.front.llm, name)
 
     def generate(self, prompts: Sequence[str], **kwargs) -> list:
-        return self._worker.front._submit(self._worker, _Request(list(prompts), kwargs, self.usage.phase))
+        front = self._worker.front
+        worker = front.current() or self._worker  # a sub-job calls through its parent's view
+        return front._submit(worker, _Request(list(prompts), kwargs, self.usage.phase))
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence) -> list:
+        """`[fn(x) for x in items]`, the calls running as sub-jobs whose requests batch
+        (`BatchingFront.map`); for work items that do not depend on each other."""
+        return self._worker.front.map(fn, items)
 
     def clock(self) -> float:
         return self._worker.clock()
@@ -133,6 +143,8 @@ class BatchingFront:
         self.rows: dict[str, int] = {}
         self.shapes: list | None = None
         self._local = threading.local()
+        self._live: list[_Worker] = []
+        self._width = 1
         self._baton = threading.Semaphore(0)
         self._cancelled = False
 
@@ -148,14 +160,14 @@ class BatchingFront:
             raise ValueError(f"run.parallel_conversations must be positive, got {width}")
         if self.current() is not None:
             raise RuntimeError("BatchingFront.run cannot be nested inside one of its jobs")
-        self._cancelled = False
+        self._cancelled, self._width = False, width
         queue = deque(enumerate(jobs))
         results: list = [None] * len(jobs)
-        live: list[_Worker] = []
+        self._live = live = []
         try:
             while queue or live:
                 while True:  # step 1: run everyone who can run, refilling freed slots
-                    while queue and len(live) < width:
+                    while queue and sum(w.parent is None for w in live) < width:
                         index, job = queue.popleft()
                         live.append(_Worker(index, job, self))
                     ready = [w for w in live if w.state == "ready"]
@@ -164,17 +176,49 @@ class BatchingFront:
                     for w in ready:
                         self._step(w)
                     for w in live:
-                        if w.state == "done":
-                            if w.error is not None:
-                                raise w.error
+                        if w.state != "done":
+                            continue
+                        if w.parent is not None:  # its parent resumes once all its sub-jobs are done
+                            w.parent.children_left -= 1
+                            if w.parent.children_left == 0:
+                                w.parent.state = "ready"
+                        elif w.error is not None:
+                            raise w.error
+                        else:
                             results[w.index] = w.result
-                    live = [w for w in live if w.state != "done"]
-                if live:  # step 2: everyone alive waits on the model
-                    self._serve(live)
+                    live[:] = [w for w in live if w.state != "done"]
+                if live:  # step 2: everyone alive waits on the model (or on its sub-jobs)
+                    self._serve([w for w in live if w.state == "waiting"])
         except BaseException:
-            self._cancel(live)
+            self._cancel(list(live))
             raise
         return results
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence) -> list:
+        """`[fn(x) for x in items]`. Inside a job of a front wider than 1, each call is a sub-job
+        placed right after the calling job (so its rows keep the job order), and the caller waits
+        until all are done; otherwise the calls run in turn, as plain code would. The sub-jobs
+        share the caller's view of the model (usage meter and phase) and must not depend on
+        each other; the first error among them is raised in the caller."""
+        parent, items = self.current(), list(items)
+        if parent is None or self._width <= 1 or len(items) <= 1:
+            return [fn(x) for x in items]
+        children = [_Worker(parent.index, (lambda x=x: fn(x)), self, parent=parent) for x in items]
+        at = self._live.index(parent) + 1
+        self._live[at:at] = children
+        parent.children_left = len(children)
+        parent.clock_s += time.perf_counter() - parent.resumed_at
+        parent.state = "joining"
+        self._baton.release()
+        parent.go.acquire()
+        parent.resumed_at = time.perf_counter()
+        if self._cancelled:
+            raise Cancelled()
+        parent.clock_s += sum(c.clock_s for c in children)  # the sub-jobs' time is the caller's
+        for c in children:
+            if c.error is not None:
+                raise c.error
+        return [c.result for c in children]
 
     def _step(self, worker: _Worker) -> None:
         """Hand the baton to `worker` until it asks the model or finishes."""
@@ -210,7 +254,7 @@ class BatchingFront:
     def _serve(self, waiting: list[_Worker]) -> None:
         groups: dict[tuple, list[_Worker]] = {}
         for w in waiting:  # job order, so the groups and their rows come in a fixed order
-            groups.setdefault(w.request.group_key(w.index), []).append(w)
+            groups.setdefault(w.request.group_key(w), []).append(w)
         for members in groups.values():
             self._serve_group(members)
 
