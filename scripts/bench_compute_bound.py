@@ -199,8 +199,12 @@ def run_efficiency(shape: ModelShape, summary: dict, rates: dict, placement: dic
     wall = float(timing.get("ingest_s", 0.0)) + float(timing.get("answer_s", 0.0))
     bound = sum(p["bound_s"]["total"] for p in phases.values())
     bound_one = sum(p["bound_1core_s"]["total"] for p in phases.values())
+    total = sum(p["flops"]["total"] for p in phases.values())
+    # Every FLOP at the best rate measured (large-M GEMM, best 2-core placement): what bigger batches
+    # and faster attention kernels could reach at most.
+    peak = max(r["cpu"] for r in rates["stack"].values()) * placement["prefill"]["best_2core_gain"]
     return {"phases": phases, "clocks": clocks, "unattributed_phases": sorted(set(phases) - set(PHASE_CLOCK)),
-            "flops_total": sum(p["flops"]["total"] for p in phases.values()),
+            "flops_total": total, "compute_bound_peak_s": total / peak,
             "compute_bound_s": bound, "compute_bound_1core_s": bound_one, "wall_s": wall,
             "wall_s_is": "sum of the summary's ingest_s and answer_s (model load and data loading excluded)",
             "efficiency": bound / wall if wall else None, "efficiency_1core": bound_one / wall if wall else None}
@@ -269,7 +273,8 @@ def report_rows(result: dict) -> list[tuple[str, float | None, str]]:
         for clock, c in run["clocks"].items():
             rows += [(f"{clock}: compute bound s (2 cores)", c["compute_bound_s"], ""),
                      (f"{clock}: wall s", c["wall_s"], ""), (f"{clock}: efficiency", c["efficiency"], ">= 0.67")]
-        rows += [("run compute_bound_s (2 cores)", run["compute_bound_s"], ""),
+        rows += [("run compute_bound_peak_s (best rate, 2 cores)", run["compute_bound_peak_s"], ""),
+                 ("run compute_bound_s (2 cores)", run["compute_bound_s"], ""),
                  ("run compute_bound_1core_s", run["compute_bound_1core_s"], ""),
                  ("run wall_s", run["wall_s"], ""), ("run efficiency", run["efficiency"], ">= 0.67"),
                  ("run efficiency vs 1-core bound", run["efficiency_1core"], "")]

@@ -125,6 +125,9 @@ def test_bench_part_runs_in_quick_mode(tmp_path):
     assert phases["answer"]["flops"]["prompt_tokens"] == 300  # the cached prefix is not recomputed
     assert result["compute_bound_s"] == pytest.approx(sum(p["bound_s"]["total"] for p in phases.values()))
     assert result["compute_bound_s"] <= result["run"]["compute_bound_1core_s"]  # 2 cores never slower
+    peak = max(r["cpu"] for r in result["rates_gflops_1thread_fp32"]["stack"].values()) * 1e9 \
+        * placement["prefill"]["best_2core_gain"]
+    assert result["run"]["compute_bound_peak_s"] == pytest.approx(result["run"]["flops_total"] / peak)
 
 
 def test_bench_part_names_a_missing_summary(tmp_path):
