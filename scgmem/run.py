@@ -86,6 +86,15 @@ def _shared(slot: str, node, what: str):
     return _LOADED[slot][1]
 
 
+def split_protocol(cfg: DictConfig) -> tuple[DictConfig, dict]:
+    """The protocol node without `chat`, and `chat`: the chat policy (system message, date) every
+    prompt of the job is rendered with. Resolved first: protocol values may read the model config
+    (e.g. model.caps.amem_answer_tokens)."""
+    node = OmegaConf.to_container(cfg.protocol, resolve=True)
+    chat = node.pop("chat", None) or {}
+    return OmegaConf.create(node), chat
+
+
 def evaluate(cfg: DictConfig) -> dict:
     """Run one configuration end to end; returns the summary (also written to summary.json)."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -105,10 +114,8 @@ def evaluate(cfg: DictConfig) -> dict:
         raise UsageError(f"run.parallel_conversations must be a positive int, got {parallel!r}")
     check_run_dir(run_dir, cfg)
 
-    # protocol.chat: the chat policy (system message, date) every prompt of this job is rendered with
-    chat = OmegaConf.to_container(cfg.protocol.get("chat") or {}, resolve=True)
-    protocol = _instantiate(OmegaConf.masked_copy(cfg.protocol, [k for k in cfg.protocol if k != "chat"]),
-                            "protocol", categories=categories)
+    protocol_node, chat = split_protocol(cfg)
+    protocol = _instantiate(protocol_node, "protocol", categories=categories)
     start = time.perf_counter()
     llm = _shared("model", cfg.model, f"model={choices.get('model')}")
     llm.usage = UsageMeter()  # counts of this job only
