@@ -14,7 +14,7 @@ SLICE   ?=
 OUT     ?= results/runs
 
 .DEFAULT_GOAL := help
-.PHONY: help install data prepare-model run test test-slow bench bench-full clean device-check \
+.PHONY: help install data prepare-model run test test-slow bench bench-full clean device-check device-wheels \
         reproduce-table1 reproduce-table2 reproduce-fig3 reproduce-fig4 report
 
 help: ## list the targets
@@ -48,6 +48,12 @@ test-slow: ## the slow tests too (1e4-case property test, every method end to en
 
 device-check: ## the GPU check (random-weight paper shapes, every method): scripts/device_check.sh results/device
 	scripts/device_check.sh results/device
+
+device-wheels: ## wheels a GPU machine without network lacks (hydra-core, omegaconf, antlr4, nltk) into .whl
+	mkdir -p .whl
+	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform any -d .whl hydra-core==1.3.8 omegaconf==2.3.1 nltk==3.10.4
+	$(BIN)/pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3   # published as an sdist only
 
 bench: ## speed benchmark: prints ratios, writes results/bench/<timestamp>.json
 	$(BIN)/python scripts/bench.py
