@@ -1,6 +1,6 @@
 """A-MEM (Xu et al., 2025): agentic memory notes, LLM linking and neighbour evolution.
 
-Baseline spec section 5; the authors' LoCoMo code [A1]: `memory_layer.py` (original, JSON
+docs/methods.md, section A-MEM; the authors' LoCoMo code [A1]: `memory_layer.py` (original, JSON
 schemas) and `memory_layer_robust.py` + `llm_text_parsers.py` (their plain-text version,
 which we follow, trying JSON first). Per turn:
 
@@ -29,9 +29,9 @@ The query calls of `recall_batch` are batched.
 
 Differences from the authors' robust code, each listed in `stats()["settings_deviations"]`
 (and so in summary.json): its parser repairs empty keywords with the heuristics *before* its
-retry check, so its focused retry never fires; we run the retry first, as the spec orders.
-Decoding is greedy by default (spec section 0: every method's memory calls are greedy, so
-methods differ by their memory and not by sampling noise, and a seed changes nothing);
+retry check, so its focused retry never fires; we run the retry first, so that it can fire.
+Decoding is greedy by default (docs/methods.md, "Decoding": every method's memory calls are
+greedy, so methods differ by their memory and not by sampling noise);
 `decoding="authors"` samples at T=0.7 (0.3 for the retry) as the authors do, one seed per
 prompt. The generation caps are far below the authors' max_tokens=1000.
 """
@@ -45,10 +45,9 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from baselines import amem_parsers as P
-from scgmem.data.locomo import Conversation, Turn
+from baselines import amem_prompts as P
 from scgmem.embedder import cosine_top_k
-from scgmem.memory import MemoryMethod, Recall, truncate_to_tokens
+from scgmem.memory import Conversation, MemoryMethod, Recall, Turn, truncate_to_tokens
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +78,7 @@ class AMem(MemoryMethod):
         batch_analysis: batch a session's analyze calls (exact; see the module docstring).
         link_expansion: "repeat" (as the authors: a note reached twice is rendered twice) or
             "unique" (each note once).
-        decoding: "greedy" (spec section 0) or "authors" (T=0.7, retry 0.3, seeded per prompt).
+        decoding: "greedy" (the baselines' rule) or "authors" (T=0.7, retry 0.3, seeded per prompt).
     """
 
     name = "amem"
@@ -109,7 +108,6 @@ class AMem(MemoryMethod):
         self.documents: list[str] = []  # retriever text of each note
         self.matrix = np.zeros((0, 0), dtype=np.float32)  # (n_notes, d) document embeddings
         self.evo_cnt = 0
-        self.counters: Counter[str] = Counter()  # parse outcomes and other events
 
     # ------------------------------------------------------------------ LLM helpers
     def _prompt(self, text: str) -> str:
@@ -326,9 +324,6 @@ class AMem(MemoryMethod):
             ids.pop()
             context = "".join(parts)
         return Recall(context, list(dict.fromkeys(ids)), {})
-
-    def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
-        return self.recall_batch([question], budget_tokens=[budget_tokens], rngs=[rng])[0]
 
     def recall_batch(self, questions: list[str], *, budget_tokens: list[int],
                      rngs: list[np.random.Generator]) -> list[Recall]:

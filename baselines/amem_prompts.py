@@ -1,8 +1,8 @@
 """A-MEM's plain-text protocol: the prompts and the JSON-first parsers of its robust layer.
 
-Baseline spec section 5, after the authors' `llm_text_parsers.py` (used by
+docs/methods.md, section A-MEM; after the authors' `llm_text_parsers.py` (used by
 `memory_layer_robust.py` and `test_advanced_robust.py`, A-mem repository [A1]). Every
-parser tries JSON first (the shared `clean_json`, spec section 0), then the section
+parser tries JSON first (the shared `clean_json`), then the section
 markers (``KEYWORDS:`` / ``CONTEXT:`` / ``TAGS:``, ``DECISION:``, ``CONNECTIONS:``,
 ``NEIGHBOR i:``), and reports *how* it parsed so the method can count it.
 
@@ -212,7 +212,7 @@ def parse_decision(response: str) -> tuple[str, str]:
     """-> (decision, how); how in {"json", "section", "inferred", "unparsed"}.
 
     "inferred" is the authors' keyword inference (STRENGTHEN/UPDATE anywhere in the reply);
-    "unparsed" means no evolution (spec: a parse failure means no evolution).
+    "unparsed" means no evolution (a parse failure means no evolution).
     """
     data = clean_json(response)
     if data is not None and ("should_evolve" in data or "decision" in data):

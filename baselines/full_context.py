@@ -1,6 +1,6 @@
 """The paper's "LoCoMo" row: no memory, the dated transcript itself (LoCoMo task_eval [L1]).
 
-Spec: shared/specs/baselines.md section 1. The transcript is filled from the newest turn
+docs/methods.md, section Full context. The transcript is filled from the newest turn
 backwards within the token budget and stops at the first turn that does not fit, so the
 oldest turns drop; every session that is fully or partly included keeps its DATE header.
 
@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scgmem.data.locomo import Conversation
-from scgmem.memory import MemoryMethod, Recall, render_turn
+from scgmem.memory import Conversation, MemoryMethod, Recall, render_turn
 
 
 class FullContext(MemoryMethod):
@@ -46,7 +45,12 @@ class FullContext(MemoryMethod):
         # Token counts are computed once here, not per question (the transcript is fixed).
         self._turn_tokens = [self.llm.count_tokens(render_turn(t, self.style)) + 1 for t in self.turns]
 
-    def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
+    def recall_batch(self, questions: list[str], *, budget_tokens: list[int],
+                     rngs: list[np.random.Generator]) -> list[Recall]:
+        """The newest turns that fit each question's budget; no LLM call."""
+        return [self._newest_turns(budget) for budget in budget_tokens]
+
+    def _newest_turns(self, budget_tokens: int) -> Recall:
         budget_tokens -= budget_tokens % self.budget_step
         used = self.llm.count_tokens(self.header)
         kept: list[int] = []

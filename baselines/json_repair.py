@@ -1,6 +1,6 @@
 """Lenient JSON parsing for small models: MemGPT's `clean_json`, shared by the baselines.
 
-Baseline spec section 0 ("Shared JSON helper"), after MemGPT's
+docs/methods.md, "JSON replies"; after MemGPT's
 `memgpt/local_llm/json_parser.py::clean_json` (tag 0.3.25). Strategies, tried in order:
 
 1. ``direct``: strip code fences, then ``json.loads``;

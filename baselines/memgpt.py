@@ -1,6 +1,6 @@
 """MemGPT (Packer et al., 2023): a bounded main context paged by the LLM through function calls.
 
-Baseline spec section 4, after MemGPT [G1] (paper-era commit and tag 0.3.25). The main
+docs/methods.md, section MemGPT; after MemGPT [G1] (paper-era commit and tag 0.3.25). The main
 context holds the system prompt (with the function listing), a metadata line, the core
 memory blocks and the FIFO queue; the whole transcript sits in recall storage and the
 agent's own notes in archival storage (`baselines.memgpt_functions`).
@@ -32,22 +32,21 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from collections import Counter
 from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from baselines.memgpt_context import AgentState, answer_context
 from baselines.memgpt_functions import (SEARCH_FUNCTIONS, ArchivalStorage, CoreMemory, RecallStorage, Toolbox,
                                         ToolResult, function_block)
 from baselines.memgpt_prompts import (FAILED_HEARTBEAT, HUMAN, PERSONA, PREFIX, PROMPT_VERSION, REQ_HEARTBEAT, ROLE,
                                       SESSION_END, SUMMARY_SYSTEM, SYSTEM_PROMPT, USER_MESSAGES, WARNING,
                                       longest_content_word, parse_call, turn_line)
-from scgmem.data.locomo import Conversation
-from scgmem.memory import MemoryMethod, Recall, truncate_to_tokens
+from scgmem.memory import Conversation, MemoryMethod, Recall
 
 log = logging.getLogger(__name__)
-
 
 
 class MemGPT(MemoryMethod):
@@ -61,7 +60,7 @@ class MemGPT(MemoryMethod):
         warning_frac: alert threshold as a fraction of W (MESSAGE_SUMMARY_WARNING_FRAC = 0.75).
         summary_frac: share of queue tokens summarised on overflow (MESSAGE_SUMMARY_TRUNC_TOKEN_FRAC).
         keep_last: messages never summarised (MESSAGE_SUMMARY_TRUNC_KEEP_N_LAST = 3).
-        ingest_steps / qa_steps: step caps of a heartbeat chain (spec: 3 and 5).
+        ingest_steps / qa_steps: step caps of a heartbeat chain (3 and 5).
         ingest_mode: "per_session" (deviation, default) or "per_turn" (faithful).
         page_size: search results per page (RETRIEVAL_QUERY_DEFAULT_PAGE_SIZE = 5).
         function_return_char_limit: FUNCTION_RETURN_CHAR_LIMIT = 3000.
@@ -102,16 +101,12 @@ class MemGPT(MemoryMethod):
         self.page_size, self.function_return_char_limit = page_size, function_return_char_limit
         self.chunk_tokens, self.step_tokens, self.summary_tokens = chunk_tokens, step_tokens, summary_tokens
         self.search_any_keyword = search_any_keyword
-        self.counters: dict[str, int] = {}
         self.speakers = ("A", "B")
         self.recall_store = RecallStorage()
         self.toolbox = self._toolbox()
         self.snapshot = self._fresh_state()
 
     # ------------------------------------------------------------------ setup
-    def _count(self, key: str, n: int = 1) -> None:
-        self.counters[key] = self.counters.get(key, 0) + n
-
     def _toolbox(self) -> Toolbox:
         return Toolbox(self.recall_store, self.page_size, self.function_return_char_limit, self.search_any_keyword)
 
@@ -144,7 +139,7 @@ class MemGPT(MemoryMethod):
         if not state.alerted and self.llm.count_tokens(prompt) > self.warning_frac * self.window:
             self._append(state, "alert", WARNING)
             state.alerted = True
-            self._count("pressure_alerts")
+            self.count("pressure_alerts")
             prompt = self._prompt(state)
         while self.llm.count_tokens(prompt) + self.step_tokens > self.window:
             if not self.summarize(state):
@@ -194,7 +189,7 @@ class MemGPT(MemoryMethod):
                    f"{len(evicted)} messages:\n {summary}")
         state.queue = [{"kind": "summary", "content": content}] + queue[cutoff:]
         state.alerted = False
-        self._count("summaries")
+        self.count("summaries")
         return True
 
     # ------------------------------------------------------------------ steps
@@ -202,7 +197,7 @@ class MemGPT(MemoryMethod):
         """Parse, execute and record one reply; returns (heartbeat, function, params, result)."""
         raw = PREFIX + text
         call, how = parse_call(raw)
-        self._count(f"call_{how}")
+        self.count(f"call_{how}")
         if how == "regex":
             self.deviations["regex_function_call"] += 1
         previous_was_user = bool(state.queue) and state.queue[-1]["kind"] in USER_MESSAGES
@@ -224,9 +219,9 @@ class MemGPT(MemoryMethod):
                 state.since_insert = []
             if name == "conversation_search" and self.search_any_keyword and result.ok:
                 self.deviations["keyword_or_search"] += 1
-        self._count(f"fn_{name or 'unparsed'}")
+        self.count(f"fn_{name or 'unparsed'}")
         if not result.ok:
-            self._count("failed_calls")
+            self.count("failed_calls")
         body = json.dumps({"status": "OK" if result.ok else "Failed", "message": result.message}, ensure_ascii=False)
         self._append(state, "result", "FUNCTION RETURN:\n" + body)
         heartbeat = requested or not result.ok or (previous_was_user and name not in (None, "send_message"))
@@ -242,7 +237,7 @@ class MemGPT(MemoryMethod):
             if not heartbeat:
                 break
             if step + 1 == cap:
-                self._count("step_cap_hit")
+                self.count("step_cap_hit")
                 break
             self._append(state, "heartbeat", REQ_HEARTBEAT if result.ok else FAILED_HEARTBEAT)
         return outcomes
@@ -280,9 +275,6 @@ class MemGPT(MemoryMethod):
             self.session_done(session.index)
 
     # ------------------------------------------------------------------ questions
-    def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
-        return self.recall_batch([question], budget_tokens=[budget_tokens], rngs=[rng])[0]
-
     def recall_batch(self, questions: list[str], *, budget_tokens: list[int],
                      rngs: list[np.random.Generator]) -> list[Recall]:
         states = [self.snapshot.clone() for _ in questions]  # every question starts post-ingest
@@ -302,14 +294,14 @@ class MemGPT(MemoryMethod):
             results = [r for name, _, r in steps if name in SEARCH_FUNCTIONS and r.ok]
             fallback = not results
             extras = {"fallback_used": fallback, "qa_steps": len(steps)}
-            if fallback:  # spec, tiny LLM: the agent ran no search
+            if fallback:  # a tiny LLM ran no search: search for it (counted)
                 self.deviations["qa_search_fallback"] += 1
                 extras["fallback_query"] = longest_content_word(q, self.speakers)
                 for name, args in (("archival_memory_search", {"query": q}),
                                    ("conversation_search", {"query": extras["fallback_query"]})):
                     results.append(self.toolbox.call(name, args, state.core, state.archival, state.now, []))
             drafts = [p.get("message") for name, p, r in steps if name == "send_message" and r.ok]
-            context, ids = self.context(state, results, budget)
+            context, ids = answer_context(self.llm, state, results, budget)
             if drafts and isinstance(drafts[-1], str):
                 extras["draft"] = drafts[-1][:500]
             out.append(Recall(context, ids, extras))
@@ -343,7 +335,7 @@ class MemGPT(MemoryMethod):
         archival = ArchivalStorage(self.embedder, self.llm.count_tokens, self.chunk_tokens, state["archival"])
         self.snapshot = AgentState(core, archival, [dict(m) for m in state["queue"]], bool(state["alerted"]),
                                    int(state["messages_total"]), list(state["since_insert"]), state["now"])
-        self.counters = dict(state.get("counters", {}))
+        self.counters = Counter(state.get("counters", {}))
         self.deviations.clear()
         self.deviations.update(state.get("deviations", {}))
 

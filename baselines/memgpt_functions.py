@@ -1,6 +1,6 @@
 """MemGPT's memory tiers and function set: core memory, recall and archival storage, paging.
 
-Baseline spec section 4 ("Functions"), after MemGPT tag 0.3.25 [G1]:
+docs/methods.md, section MemGPT; after MemGPT tag 0.3.25 [G1]:
 `memgpt/functions/function_sets/base.py` (signatures, pagination, result strings),
 `memgpt/memory.py` (core memory limits, substring recall search), `memgpt/data_types.py`
 (archival chunks of 300 tokens). `pause_heartbeats` is dropped (no timed heartbeats here).
@@ -14,14 +14,13 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Callable
 
 import numpy as np
 
+from baselines.locomo_text import parse_locomo_date
 from scgmem.embedder import cosine_top_k
 
-LOCOMO_DATE = "%I:%M %p on %d %B, %Y"  # "1:56 pm on 8 May, 2023" (spec section 0)
 SEARCH_FUNCTIONS = ("conversation_search", "conversation_search_date", "archival_memory_search")
 
 # name -> (description, {param: description}); the listing the chatml wrapper compiles.
@@ -74,10 +73,8 @@ def function_block() -> str:
 
 def iso_date(date_time: str) -> str | None:
     """LoCoMo session date -> 'YYYY-MM-DD' (None if it does not parse)."""
-    try:
-        return datetime.strptime(date_time.strip(), LOCOMO_DATE).strftime("%Y-%m-%d")
-    except ValueError:
-        return None
+    parsed = parse_locomo_date(date_time)
+    return parsed.strftime("%Y-%m-%d") if parsed else None
 
 
 @dataclass

@@ -1,10 +1,10 @@
 """What the MemGPT agent reads and writes: its prompts, alerts and the parser of its replies.
 
-Baseline spec section 4 ("System prompt gist", "Loop", "Tiny LLM"), after MemGPT [G1]:
+docs/methods.md, section MemGPT; after MemGPT [G1]:
 `memgpt/prompts/system/memgpt_chat.txt` (the system prompt, adapted to silent observation of
 a two-person chat), `memgpt/constants.py` (alert strings), `memgpt/prompts/gpt_summarize.py`
 (the summariser, verbatim), `memgpt/local_llm/llm_chat_completion_wrappers/chatml.py` (the
-``{"function":`` prefix and function returns as assistant messages), and the spec's regex
+``{"function":`` prefix and function returns as assistant messages), and our regex
 fallback for replies that no JSON repair can save.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from baselines.json_repair import clean_json
-from scgmem.data.locomo import Turn
+from scgmem.memory import Turn
 
 PROMPT_VERSION = "memgpt-1"  # bump when a prompt changes: it is part of the cache key
 PREFIX = '{"function": '  # chatml.py's assistant_prefix_extra, compacted
@@ -75,7 +75,7 @@ QUESTION_STOP = set("what when where who whom why how which did does do is are w
 def parse_call(raw: str) -> tuple[dict[str, Any] | None, str]:
     """A function call from the primed reply -> ({"function", "params"}, how).
 
-    how: "json" (clean_json), "regex" (spec's tiny-LLM fallback: `"function": "name"` and one
+    how: "json" (clean_json), "regex" (our tiny-LLM fallback: `"function": "name"` and one
     regex per argument), or "none".
     """
     data = clean_json(raw)

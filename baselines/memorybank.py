@@ -1,14 +1,14 @@
 """MemoryBank (Zhong et al. 2024, arXiv 2305.10250): dated memories, summaries, portrait, forgetting.
 
 Our reimplementation after SiliconFriend's memory bank [M1] (forget_memory.py,
-summarize_memory.py, local_doc_qa.py) and the LoCoMo port [M2], as specified in
-shared/specs/baselines.md section 3:
+summarize_memory.py, local_doc_qa.py) and the LoCoMo port [M2]; docs/methods.md, section
+MemoryBank:
 
 - Memory units: a pair of consecutive turns by different speakers,
   `Conversation content on {date}: {s1}: {t1}; {s2}: {t2}` (leftover turns alone), and per
   session an event summary `The summary of the conversation on {date} is: ...`; all start at
   level 0 (never recalled) with anchor = the session date.
-- LLM calls, greedy (spec section 0): per session an event summary and a personality note of
+- LLM calls, greedy (docs/methods.md, "Decoding"): per session an event summary and a personality note of
   both speakers; after the last session a global summary of the daily summaries and a global
   portrait from the notes. None depends on the memory state, so the 2 x sessions calls go in
   one generate list and the 2 global calls in another.
@@ -37,7 +37,7 @@ shared/specs/baselines.md section 3:
 - "soft" (deviation): no deletion; rank by cos x R (the chosen curve) at QA time.
 - "off" (deviation, = the LoCoMo port [M2]): no forgetting, rank by cos.
 
-Tiny-LLM behaviour (spec section 3, counted in `deviations`): summaries are capped at
+Tiny-LLM behaviour (counted in `deviations`): summaries are capped at
 `summary_max_new_tokens` (400, the original max_tokens); repeated lines are stripped
 (`summary_repeated_lines`, once per affected summary); empty summaries are dropped
 (`empty_summary_dropped`: no unit, no line in the global prompt, or no global line in the
@@ -48,17 +48,19 @@ not parse is placed one day after the previous session (`unparsed_date`).
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Any
 
 import numpy as np
 
+from baselines.greedy_calls import greedy_texts, strip_repeated_lines
+from baselines.locomo_text import parse_locomo_date, render_turn_line
 from baselines.memorybank_forgetting import ForgettingCurve
-from baselines.memorybank_units import (EVENT_PROMPT, OVERALL_EVENT_ENTRY, OVERALL_EVENT_PROMPT,
-                                       OVERALL_PERSONALITY_ENTRY, OVERALL_PERSONALITY_PROMPT, PERSONALITY_PROMPT,
-                                       SYSTEM_PROMPT, merge_neighbours, pair_turns, settings_deviations)
-from baselines.text import greedy_texts, parse_locomo_date, render_turn_line, strip_repeated_lines
-from scgmem.data.locomo import Conversation
-from scgmem.memory import MemoryMethod, Recall, dia_order
+from baselines.memorybank_prompts import (EVENT_PROMPT, OVERALL_EVENT_ENTRY, OVERALL_EVENT_PROMPT,
+                                          OVERALL_PERSONALITY_ENTRY, OVERALL_PERSONALITY_PROMPT, PERSONALITY_PROMPT,
+                                          SYSTEM_PROMPT)
+from baselines.memorybank_units import merge_neighbours, pair_turns, settings_deviations
+from scgmem.memory import Conversation, MemoryMethod, Recall, dia_order
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,7 @@ class MemoryBank(MemoryMethod):
         merge_chars: same-date neighbours merged into a hit up to this many characters
             (200: CHUNK_SIZE [M1]); 0 turns merging off.
         summary_max_new_tokens: cap on every summary (400: the original max_tokens [M1]).
-        summary_ids: "none" (summaries contribute no dia_ids, spec) or "session" (a retrieved
+        summary_ids: "none" (summaries contribute no dia_ids, the default) or "session" (a retrieved
             summary contributes its whole session).
     """
 
@@ -128,7 +130,6 @@ class MemoryBank(MemoryMethod):
         self.overall_summary = ""
         self.overall_personality = ""
         self.qa_day = 0
-        self.counters: dict[str, int] = {}
         self._vectors: np.ndarray | None = None  # (n_units, d) unit embeddings
 
     # ------------------------------------------------------------------ settings and state
@@ -154,7 +155,7 @@ class MemoryBank(MemoryMethod):
         self.overall_summary = state["overall_summary"]
         self.overall_personality = state["overall_personality"]
         self.qa_day = int(state["qa_day"])
-        self.counters = {k: int(v) for k, v in state["counters"].items()}
+        self.counters = Counter({k: int(v) for k, v in state["counters"].items()})
         self.deviations.clear()
         self.deviations.update({k: int(v) for k, v in state["deviations"].items()})
         self._vectors = self.embedder.encode([u["text"] for u in self.units])
@@ -182,9 +183,6 @@ class MemoryBank(MemoryMethod):
                 "sessions_alive": sum(a > 0 for a, _ in per_session.values()),
                 "sessions_alive_equivalent": round(sum(a / n for a, n in per_session.values()), 3),
                 **self.counters}
-
-    def _count(self, key: str, n: int = 1) -> None:
-        self.counters[key] = self.counters.get(key, 0) + n
 
     # ------------------------------------------------------------------ ingest
     def ingest(self, conversation: Conversation, rng: np.random.Generator) -> None:
@@ -239,7 +237,7 @@ class MemoryBank(MemoryMethod):
             prompts.append(self._render(EVENT_PROMPT.format(dialogue=dialogue)))
             prompts.append(self._render(PERSONALITY_PROMPT.format(a=a, b=b, dialogue=dialogue)))
         replies = greedy_texts(self.llm, prompts, self.summary_max_new_tokens)
-        self._count("summary_calls", len(prompts))
+        self.count("summary_calls", len(prompts))
         for record, event, personality in zip(self.sessions, replies[0::2], replies[1::2]):
             record["summary"] = self._clean(event)
             record["personality"] = self._clean(personality)
@@ -261,7 +259,7 @@ class MemoryBank(MemoryMethod):
         prompts = [self._fit_entries(OVERALL_EVENT_PROMPT, OVERALL_EVENT_ENTRY, "summary"),
                    self._fit_entries(OVERALL_PERSONALITY_PROMPT, OVERALL_PERSONALITY_ENTRY, "personality")]
         event, personality = greedy_texts(self.llm, prompts, self.summary_max_new_tokens)
-        self._count("summary_calls", 2)
+        self.count("summary_calls", 2)
         self.overall_summary = self._clean(event)
         self.overall_personality = self._clean(personality)
 
@@ -291,7 +289,7 @@ class MemoryBank(MemoryMethod):
             day = record["day"]
             if clock is None or day > clock:  # the clock advances: SiliconFriend's login-time pass
                 if self.forgetting == "stochastic":
-                    self._count("forgotten", self.curve.forgetting_pass(self.units, day, rng))
+                    self.count("forgotten", self.curve.forgetting_pass(self.units, day, rng))
                 clock = day
             now = max(day, clock)
             if turn_vectors is not None:
@@ -319,17 +317,14 @@ class MemoryBank(MemoryMethod):
     def _strengthen(self, unit: dict, day: int) -> None:
         """`update_memory_when_searched` [M1]: one more recall, anchor reset to today."""
         if self.curve.strengthen(unit, day):
-            self._count("strengthened")
+            self.count("strengthened")
 
     # ------------------------------------------------------------------ recall
-    def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
-        return self.recall_batch([question], budget_tokens=[budget_tokens], rngs=[rng])[0]
-
     def recall_batch(self, questions: list[str], *, budget_tokens: list[int],
                      rngs: list[np.random.Generator]) -> list[Recall]:
         """One embedding call for all questions; no LLM call."""
         q_vectors = self.embedder.encode(list(questions))
-        self._count("questions", len(questions))
+        self.count("questions", len(questions))
         return [self._recall_one(v, b) for v, b in zip(q_vectors, budget_tokens)]
 
     def scores(self, q_vector: np.ndarray) -> np.ndarray:

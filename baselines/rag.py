@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from scgmem.data.locomo import Conversation
 from scgmem.embedder import cosine_top_k
-from scgmem.memory import MemoryMethod, Recall, dia_order, render_turn, render_turns_by_date
+from scgmem.memory import Conversation, MemoryMethod, Recall, dia_order, render_turn, render_turns_by_date
 
 
 class DenseRAG(MemoryMethod):
@@ -38,9 +37,6 @@ class DenseRAG(MemoryMethod):
     def ingest(self, conversation: Conversation, rng: np.random.Generator) -> None:
         self.turns = conversation.turns
         self.vectors = self.embedder.encode([render_turn(t) for t in self.turns])  # (n_turns, dim)
-
-    def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
-        return self.recall_batch([question], budget_tokens=[budget_tokens], rngs=[rng])[0]
 
     def recall_batch(self, questions, *, budget_tokens, rngs):
         queries = self.embedder.encode(list(questions))  # (n_questions, dim)
@@ -77,7 +73,10 @@ class LastTurns(MemoryMethod):
     def ingest(self, conversation: Conversation, rng: np.random.Generator) -> None:
         self.turns = conversation.turns
 
-    def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
+    def recall_batch(self, questions, *, budget_tokens, rngs):
+        return [self._last_turns(budget) for budget in budget_tokens]
+
+    def _last_turns(self, budget_tokens: int) -> Recall:
         kept = list(self.turns[-self.k:])
         while kept and self.llm.count_tokens(render_turns_by_date(kept)) > budget_tokens:
             kept.pop(0)

@@ -25,9 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scgmem.data.locomo import Conversation
 from scgmem.embedder import cosine_top_k
-from scgmem.memory import MemoryMethod, Recall
+from scgmem.memory import Conversation, MemoryMethod, Recall
 
 UNITS = ("dialog", "observation", "summary")
 DIA_ID = re.compile(r"^D\d+:\d+$")
@@ -113,9 +112,6 @@ class LoCoMoRAG(MemoryMethod):
         raise ValueError(f"{path}: no sample with field 'sample_id' == {sample_id!r} (method.data_path)")
 
     # ------------------------------------------------------------------ recall
-    def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
-        return self.recall_batch([question], budget_tokens=[budget_tokens], rngs=[rng])[0]
-
     def recall_batch(self, questions, *, budget_tokens, rngs):
         queries = self.embedder.encode(list(questions))  # (n_questions, dim)
         return [self._context(cosine_top_k(q, self.vectors, self.k), b) for q, b in zip(queries, budget_tokens)]

@@ -2,25 +2,23 @@
 
 Our reimplementation after the authors' demo notebook [R1] (read_agent_demo.ipynb:
 `quality_pagination`, `prompt_shorten_template`, the QuALITY "prompts used in the paper"),
-as specified in shared/specs/baselines.md section 2. The three steps:
+docs/methods.md, section ReadAgent. The three steps:
 
-1. Pagination (one LLM call per page, sequential: each prompt shows the previous page).
-   From paragraph i, paragraphs are added while the word count is below `word_limit`; once it
-   reaches `start_threshold` a label `<j>` is put before each further paragraph, and the passage
-   ends with `<j>`. The model names the label where pausing is most natural. If fewer than
-   `last_page_words` words remain they become the last page without a call.
+1. Pagination (one LLM call per page, sequential: each prompt shows the previous page;
+   `baselines/readagent_pagination.py`): the model names the label where pausing is most
+   natural.
 2. Gisting (one call per page, all pages of a conversation in one `generate` list).
 3. Look-up at question time: ReadAgent-P (one call listing up to `max_lookup_pages` pages in
    brackets) or ReadAgent-S (`lookup="sequential"`: one page or STOP per call, up to N calls).
    The chosen pages' gists are replaced by the raw pages, in place.
 
-LoCoMo adaptations (spec section 2 "Units"): a paragraph is one rendered turn, plus a
+LoCoMo adaptations: a paragraph is one rendered turn, plus a
 `DATE: {date}` paragraph at each session start; the whole conversation is one document; each
 page is shown as `<Page p> [dates]` followed by its gist or raw text, the header built without
 the LLM (page numbers are 0-based, as in the demo). The QuALITY prompts are used with
 "article" read as "conversation" and without multiple-choice options.
 
-Tiny-LLM behaviour (spec section 2 "Tiny LLM"). Every fallback is counted in `deviations`,
+Tiny-LLM behaviour. Every fallback is counted in `deviations`,
 by kind, whether or not it is the reference's own behaviour:
 
 - `break_point_parse_failure` / `break_point_out_of_range`: no `<n>` in the reply, or n <= i or
@@ -43,22 +41,28 @@ by kind, whether or not it is the reference's own behaviour:
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Any
 
 import numpy as np
 
-from baselines.readagent_prompts import (  # noqa: F401  (parsers re-exported for tests)
-    GIST_PROMPT, LOOKUP_EXAMPLES, LOOKUP_PROMPT, PAGINATION_PROMPT, PROMPT_VERSION, SEQUENTIAL_PROMPT,
-    parse_break_point, parse_lookup_brackets, parse_lookup_lenient, parse_sequential)
-from baselines.text import (count_words, first_words, greedy_generations, greedy_texts, render_turn_line,
-                            strip_repeated_lines)
-from scgmem.data.locomo import Conversation
+from baselines.greedy_calls import greedy_generations, greedy_texts, strip_repeated_lines
+from baselines.locomo_text import render_turn_line
+from baselines.readagent_pagination import count_words, paginate
+from baselines.readagent_prompts import (GIST_PROMPT, LOOKUP_EXAMPLES, LOOKUP_PROMPT, PROMPT_VERSION,
+                                         SEQUENTIAL_PROMPT, parse_break_point, parse_lookup_brackets,
+                                         parse_lookup_lenient, parse_sequential)
 from scgmem.embedder import cosine_top_k
-from scgmem.memory import MemoryMethod, Recall, dia_order
+from scgmem.memory import Conversation, MemoryMethod, Recall, dia_order
 
 log = logging.getLogger(__name__)
 
-# ---------------------------------------------------------------------------- the method
+
+def first_words(text: str, n: int) -> str:
+    """The first `n` whitespace-separated words of `text`."""
+    return " ".join(text.split()[:n])
+
+
 class ReadAgent(MemoryMethod):
     """ReadAgent-P (default) or -S over one LoCoMo conversation.
 
@@ -74,10 +78,10 @@ class ReadAgent(MemoryMethod):
         gist_max_new_tokens: cap on a gist (192: the movie-script prompt asks for <= 128 tokens).
         pagination_max_new_tokens / lookup_max_new_tokens: caps on replies of which only a label
             or a page list is read (the demo decodes up to 512; the label comes first).
-        gist_max_ratio: a gist with >= this x the page's words is replaced (spec: 0.8).
-        fallback_gist_words: words kept per turn in a replacement gist (spec: 12).
+        gist_max_ratio: a gist with >= this x the page's words is replaced (0.8).
+        fallback_gist_words: words kept per turn in a replacement gist (12).
         gist_strip_repeats: drop repeated lines from gists (counted deviation; False = as generated).
-        retrieved_ids: "expanded" (default, spec section 2 "ids": only the re-read pages count as
+        retrieved_ids: "expanded" (default: only the re-read pages count as
             retrieved) or "context" (every turn whose raw text or gist is in the context; every
             page's gist is always shown, so evidence recall is ~1 by construction).
     """
@@ -133,7 +137,6 @@ class ReadAgent(MemoryMethod):
         self.pages: list[tuple[int, int]] = []  # [start, end) paragraph ranges
         self.gists: list[str] = []
         self.gist_sources: list[str] = []  # "llm" | "fallback"
-        self.counters: dict[str, int] = {}
         self._unit_tokens: dict[tuple[int, bool], int] = {}
         self._page_vectors: np.ndarray | None = None
 
@@ -155,7 +158,7 @@ class ReadAgent(MemoryMethod):
         self.pages = [(int(s), int(e)) for s, e in state["pages"]]
         self.gists = list(state["gists"])
         self.gist_sources = list(state["gist_sources"])
-        self.counters = {k: int(v) for k, v in state["counters"].items()}
+        self.counters = Counter({k: int(v) for k, v in state["counters"].items()})
         self.deviations.clear()
         self.deviations.update({k: int(v) for k, v in state["deviations"].items()})
         self._unit_tokens, self._page_vectors = {}, None
@@ -173,9 +176,6 @@ class ReadAgent(MemoryMethod):
                 "lookup_fallback": self.lookup_fallback, "retrieved_ids": self.retrieved_ids,
                 "paragraphs": len(self.paragraphs),
                 "pages": len(self.pages), "words": words, "gist_words": gist_words, **self.counters}
-
-    def _count(self, key: str, n: int = 1) -> None:
-        self.counters[key] = self.counters.get(key, 0) + n
 
     # ------------------------------------------------------------------ ingest
     def ingest(self, conversation: Conversation, rng: np.random.Generator) -> None:
@@ -199,66 +199,44 @@ class ReadAgent(MemoryMethod):
 
     def _paginate(self) -> list[tuple[int, int]]:
         """`quality_pagination` [R1] over the paragraphs; returns [start, end) ranges."""
-        texts = [p[0] for p in self.paragraphs]
-        words = [count_words(t) for t in texts]
-        n = len(texts)
-        pages: list[tuple[int, int]] = []
-        i = 0
-        while i < n:
-            preceding = "" if i == 0 else "...\n" + "\n".join(texts[pages[-1][0]:pages[-1][1]])
-            passage = [texts[i]]
-            wcount = words[i]
-            j = i + 1
-            while wcount < self.word_limit and j < n:
-                wcount += words[j]
-                if wcount >= self.start_threshold:
-                    passage.append(f"<{j}>")
-                passage.append(texts[j])
-                j += 1
-            passage.append(f"<{j}>")
-            end_tag = "" if j == n else texts[j] + "\n..."
-            if wcount < self.last_page_words:
-                # Fewer than `last_page_words` words remain (the loop only stops below
-                # word_limit at the end of the text): the rest is the last page, no call.
-                pause = n
-            else:
-                prompt = PAGINATION_PROMPT.format(preceding=preceding, passage="\n".join(passage),
-                                                  end_tag=end_tag).strip()
-                [reply] = greedy_texts(self.llm, [self.llm.render(prompt)], self.pagination_max_new_tokens)
-                self._count("pagination_calls")
-                pause = parse_break_point(reply)
-                if pause is None:
-                    log.debug("break point not parsed from %r", reply[:200])
-                    self.deviations["break_point_parse_failure"] += 1
-                    pause = j  # allow_fallback_to_last [R1]
-                elif pause <= i or pause > j:
-                    self.deviations["break_point_out_of_range"] += 1
-                    pause = j
-                else:
-                    self._count("break_points_parsed")
-            pages.append((i, pause))
-            i = pause
-        return pages
+        return paginate([p[0] for p in self.paragraphs], word_limit=self.word_limit,
+                        start_threshold=self.start_threshold, last_page_words=self.last_page_words,
+                        break_point=self._break_point)
+
+    def _break_point(self, prompt: str, i: int, j: int) -> int:
+        """The model's break point for the page starting at paragraph i; j (a full page) when unusable."""
+        [reply] = greedy_texts(self.llm, [self.llm.render(prompt)], self.pagination_max_new_tokens)
+        self.count("pagination_calls")
+        pause = parse_break_point(reply)
+        if pause is None:
+            log.debug("break point not parsed from %r", reply[:200])
+            self.deviations["break_point_parse_failure"] += 1
+            return j  # allow_fallback_to_last [R1]
+        if pause <= i or pause > j:
+            self.deviations["break_point_out_of_range"] += 1
+            return j
+        self.count("break_points_parsed")
+        return pause
 
     def _gist_pages(self) -> tuple[list[str], list[str]]:
         """One gist per page, all pages in one generate call; bad gists are replaced (counted)."""
         page_texts = [self._raw_page(p) for p in range(len(self.pages))]
         prompts = [self.llm.render(GIST_PROMPT.format(page=t).strip()) for t in page_texts]
         generations = greedy_generations(self.llm, prompts, self.gist_max_new_tokens)
-        self._count("gist_calls", len(prompts))
+        self.count("gist_calls", len(prompts))
         gists, sources = [], []
         for p, (text, generation) in enumerate(zip(page_texts, generations)):
             gist = generation.text.strip()
             if len(generation.token_ids) >= self.gist_max_new_tokens:
-                self._count("gists_at_token_cap")  # cut off (or an echo of the page): kept, but reported
+                self.count("gists_at_token_cap")  # cut off (or an echo of the page): kept, but reported
             if self.gist_strip_repeats:
                 gist, dropped = strip_repeated_lines(gist)
                 if dropped:
                     self.deviations["gist_repeated_lines"] += 1
             if not gist:
-                self._count("gists_empty")
+                self.count("gists_empty")
             elif count_words(gist) >= self.gist_max_ratio * count_words(text):
-                self._count("gists_too_long")
+                self.count("gists_too_long")
             else:
                 gists.append(gist)
                 sources.append("llm")
@@ -307,7 +285,7 @@ class ReadAgent(MemoryMethod):
         prompts = [self.llm.render(LOOKUP_PROMPT.format(n=self.max_lookup_pages, examples=examples,
                                                         gists=gists, question=q).strip()) for q in questions]
         replies = greedy_texts(self.llm, prompts, self.lookup_max_new_tokens)
-        self._count("lookup_calls", len(prompts))
+        self.count("lookup_calls", len(prompts))
         out = []
         for reply in replies:
             pages = parse_lookup_brackets(reply, len(self.pages))
@@ -336,7 +314,7 @@ class ReadAgent(MemoryMethod):
                 gists=self._article(chosen[q]), question=questions[q],
                 past=", ".join(map(str, chosen[q])) or "None").strip()) for q in active]
             replies = greedy_texts(self.llm, prompts, self.lookup_max_new_tokens)
-            self._count("lookup_calls", len(prompts))
+            self.count("lookup_calls", len(prompts))
             still = []
             for q, reply in zip(active, replies):
                 kind, page = parse_sequential(reply, len(self.pages))
@@ -361,9 +339,6 @@ class ReadAgent(MemoryMethod):
         return [cosine_top_k(v, self._page_vectors, self.max_lookup_pages) for v in q_vectors]
 
     # ------------------------------------------------------------------ recall
-    def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
-        return self.recall_batch([question], budget_tokens=[budget_tokens], rngs=[rng])[0]
-
     def recall_batch(self, questions: list[str], *, budget_tokens: list[int],
                      rngs: list[np.random.Generator]) -> list[Recall]:
         """Look up pages for every question (one batched generate call per look-up step)."""
@@ -375,15 +350,15 @@ class ReadAgent(MemoryMethod):
             for i, pages in zip(need, self._embed_pages([questions[i] for i in need]) if need else []):
                 self.deviations["lookup_embed_fallback"] += 1
                 lookups[i] = (pages, True)
-        self._count("questions", len(questions))
+        self.count("questions", len(questions))
         for pages, _ in lookups:
-            self._count("pages_expanded", len(pages))
+            self.count("pages_expanded", len(pages))
         return [self._assemble(pages, budget) for (pages, _), budget in zip(lookups, budget_tokens)]
 
     def _assemble(self, expanded: list[int], budget_tokens: int) -> Recall:
         """Gists and re-read pages in page order, trimmed to the budget.
 
-        Over budget (spec section 2 "Output"): the oldest gists go first, then the re-read page
+        Over budget: the oldest gists go first, then the re-read page
         listed last by the model.
         """
         kept = set(range(len(self.pages)))

@@ -1,13 +1,13 @@
 """ReadAgent's prompts (from the authors' demo notebook [R1]) and the parsers of its replies.
 
-Split from `baselines/readagent.py` (the method) so each file reads on its own; see that
-module's docstring for what every step does and which fallbacks are counted.
+What each step does and which fallbacks are counted: `baselines/readagent.py` and
+docs/methods.md, section ReadAgent.
 """
 from __future__ import annotations
 
 import re
+from typing import Sequence
 
-from baselines.text import dedupe, integers
 
 # Version of the prompts and rules below; part of the cache key (memory_settings).
 PROMPT_VERSION = 1
@@ -93,11 +93,26 @@ _LABEL = re.compile(r"<(\d+)>")
 # "Page 3", "pages 3, 4 and 7", "page #2", "Page [3": integers that follow the word "page".
 _PAGE_LIST = re.compile(r"pages?\s*[:#]?\s*\[?\s*(\d+(?:\s*(?:,|and|&|or)\s*\d+)*)", re.IGNORECASE)
 _PAGE_ONE = re.compile(r"page\s*\$?#?\s*(\d+)", re.IGNORECASE)
+_INT = re.compile(r"\d+")
 
 
 # ---------------------------------------------------------------------------- parsers
+def integers(text: str) -> list[int]:
+    """Every run of digits in `text`, in order."""
+    return [int(m) for m in _INT.findall(text)]
+
+
+def dedupe(values: Sequence[int]) -> list[int]:
+    """Keep the first occurrence of each value, in order."""
+    out: list[int] = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    return out
+
+
 def parse_break_point(reply: str) -> int | None:
-    """The first `<n>` label in a pagination reply (spec: "Parse the first `<(\\d+)>`")."""
+    """The first `<n>` label in a pagination reply; None if there is none."""
     m = _LABEL.search(reply)
     return int(m.group(1)) if m else None
 

@@ -4,21 +4,27 @@ The harness calls, per conversation::
 
     method = instantiate(cfg.method, llm=llm, embedder=embedder)   # one object per conversation
     method.ingest(conversation, rng)        # build the memory (or load_state_dict from cache)
-    for question in scored questions:
-        recall = method.recall(question.question, budget_tokens=..., rng=rng_for(question))
+    for chunk of scored questions:
+        recalls = method.recall_batch([q.question for q in chunk], budget_tokens=[...],
+                                      rngs=[rng_for(q) for q in chunk])
         # recall.context goes into the protocol's answer prompt;
         # recall.dia_ids are the turns whose text is in that context (evidence recall).
 
+A method implements `ingest` and `recall_batch`; `recall(question, ...)` is the batch of one.
 A method knows nothing about scoring; the harness knows nothing about tries or gists.
 
-Example (the trivial method, last k turns)::
+Example (the trivial method, the last 20 turns; budget trimming left out)::
 
     class LastTurns(MemoryMethod):
+        name = "last_turns"
+
         def ingest(self, conversation, rng):
             self.turns = conversation.turns
-        def recall(self, question, *, budget_tokens, rng):
-            kept = self.turns[-self.k:]
-            return Recall(render_turns(kept), [t.dia_id for t in kept])
+
+        def recall_batch(self, questions, *, budget_tokens, rngs):
+            kept = self.turns[-20:]
+            context = render_turns_by_date(kept)
+            return [Recall(context, [t.dia_id for t in kept]) for _ in questions]
 """
 from __future__ import annotations
 
@@ -29,7 +35,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from scgmem.data.locomo import Conversation, Turn
+# The data types are re-exported so that methods import them from their contract, not from the loader.
+from scgmem.data.locomo import Conversation, Session, Turn
+
+__all__ = ["Conversation", "Session", "Turn", "Recall", "MemoryMethod", "render_turn", "render_turns_by_date",
+           "dia_order", "truncate_to_tokens"]
 
 
 @dataclass
@@ -49,7 +59,7 @@ class Recall:
 
 
 class MemoryMethod(abc.ABC):
-    """Base class of all memory methods. Subclasses set `name` and implement ingest/recall.
+    """Base class of all memory methods. Subclasses set `name` and implement `ingest` and `recall_batch`.
 
     Args:
         llm: the shared `scgmem.llm.LLM` (or a fake with the same interface).
@@ -67,6 +77,7 @@ class MemoryMethod(abc.ABC):
         self.llm = llm
         self.embedder = embedder
         self.deviations: Counter[str] = Counter()  # non-faithful fallbacks, by kind
+        self.counters: Counter[str] = Counter()  # method-specific event counts (LLM calls, parses, ...)
         self.session_checkpoint: Callable[[int], None] | None = None
         self.resume_after_session = 0
 
@@ -76,13 +87,17 @@ class MemoryMethod(abc.ABC):
         """Build the memory of one conversation, turn by turn (session dates included)."""
 
     @abc.abstractmethod
-    def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
-        """Return the context for `question`, at most `budget_tokens` tokens long."""
-
     def recall_batch(self, questions: list[str], *, budget_tokens: list[int],
                      rngs: list[np.random.Generator]) -> list[Recall]:
-        """Recall for several questions; methods that batch their LLM calls override this."""
-        return [self.recall(q, budget_tokens=b, rng=r) for q, b, r in zip(questions, budget_tokens, rngs)]
+        """The context of each question, at most its `budget_tokens` tokens long, one `Recall` per question.
+
+        The harness passes a chunk of questions at once so that a method can batch its LLM calls;
+        `rngs[i]` is question i's own generator (the same whatever the chunk).
+        """
+
+    def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
+        """The context for one question: `recall_batch` of one."""
+        return self.recall_batch([question], budget_tokens=[budget_tokens], rngs=[rng])[0]
 
     def sessions_to_ingest(self, conversation: Conversation):
         """The sessions left after `resume_after_session` (all of them on a fresh ingest)."""
@@ -92,6 +107,10 @@ class MemoryMethod(abc.ABC):
         """Call after session `index` is fully in the state (resumable methods)."""
         if self.session_checkpoint is not None:
             self.session_checkpoint(index)
+
+    def count(self, key: str, n: int = 1) -> None:
+        """Add `n` to the counter `key` (reported by the default `stats`)."""
+        self.counters[key] += n
 
     # -- caching and reporting ------------------------------------------------------
     def memory_settings(self) -> dict[str, Any]:
@@ -113,12 +132,12 @@ class MemoryMethod(abc.ABC):
         return None
 
     def stats(self) -> dict[str, Any]:
-        """Counters for the summary: `deviations` plus method-specific ones.
+        """Counters for the summary: `deviations`, then every counter of `count`.
 
         Methods that generate keys report `keys_generated` and `keys_outside_schema`
         (the structural hallucination rate is their ratio).
         """
-        return {"deviations": dict(self.deviations)}
+        return {"deviations": dict(self.deviations), **self.counters}
 
 
 def render_turn(turn: Turn, style: str = "amem") -> str:

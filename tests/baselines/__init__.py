@@ -1,5 +1,10 @@
-"""Shared test helpers for the baselines: a call-counting scripted LLM and a tiny conversation builder."""
+"""Shared test helpers for the baselines: a call-counting scripted LLM, a bag-of-words embedder and a
+tiny conversation builder."""
 from __future__ import annotations
+
+import re
+
+import numpy as np
 
 from scgmem.data.locomo import Conversation, Session, Turn
 from scgmem.llm.fake import ScriptedLLM
@@ -15,6 +20,25 @@ class CountingLLM(ScriptedLLM):
     def generate(self, prompts, **kw):
         self.calls.append(len(prompts))
         return super().generate(prompts, **kw)
+
+
+class BagEmbedder:
+    """Hashed bag of words, unit length: similar wording -> high cosine. Deterministic."""
+
+    name = "bag"
+
+    def __init__(self, dim: int = 64) -> None:
+        self.dim = dim
+        self.calls = 0
+
+    def encode(self, texts):
+        self.calls += len(texts)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"[a-z]+", text.lower()):
+                out[row, sum(map(ord, word)) % self.dim] += 1.0
+            out[row, 0] += 1e-3
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
 def conversation(sessions: list[list[tuple[str, str]]], dates=None) -> Conversation:

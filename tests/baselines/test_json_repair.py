@@ -1,4 +1,4 @@
-"""clean_json: MemGPT's repair strategies, in order, and None when all fail (spec section 0)."""
+"""clean_json: MemGPT's repair strategies, in order, and None when all fail."""
 from __future__ import annotations
 
 import pytest

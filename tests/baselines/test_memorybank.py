@@ -250,7 +250,7 @@ def test_same_seed_same_memory():
 
 
 def test_paper_forgetting_keeps_about_one_session_of_conv26(locomo_path):
-    """The spec's finding: with day units and no recalls, ~1.0-1.4 sessions survive to QA.
+    """With day units and no recalls, ~1.0-1.4 sessions survive to QA.
 
     conv-26's last sessions are on 20 and 22 October: the last one is whole (t = 0), each pair of
     the one before survives with R = e^-2 = 0.135, everything older is practically gone.

@@ -10,8 +10,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from baselines.readagent import (ReadAgent, parse_break_point, parse_lookup_brackets, parse_lookup_lenient,
-                                 parse_sequential)
+from baselines.readagent import ReadAgent
+from baselines.readagent_prompts import parse_break_point, parse_lookup_brackets, parse_lookup_lenient, parse_sequential
 from scgmem.data.locomo import Conversation, Session, Turn, load_locomo
 from scgmem.llm.fake import ScriptedLLM
 from tests.baselines import CountingLLM
@@ -150,7 +150,7 @@ def test_looping_gist_loses_repeated_lines_and_is_counted():
 
 
 def test_echo_cut_at_the_token_cap_is_kept_but_reported():
-    # A 192-token cut of an echoed 600-word page is under 0.8 x the page: the spec keeps it;
+    # A 192-token cut of an echoed 600-word page is under 0.8 x the page, so it is kept;
     # the last page has 200 words, so its 192-word cut is >= 0.8 x 200 and is replaced.
     agent, _ = ingested(gist_reply=lambda p: p.split("Passage:\n")[1])
     assert agent.gist_sources == ["llm", "llm", "llm", "fallback"]
