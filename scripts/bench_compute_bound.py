@@ -123,8 +123,10 @@ def measure_rates(shape: ModelShape, quick: bool, attention: list[dict]) -> dict
     return rates
 
 
-def measure_placement(shape: ModelShape, quick: bool, m_decode: int, m_prefill: int) -> dict:
-    """Stack throughput at a decode-like and a prefill-like M: 1 thread, 2 threads, 2 processes of 1."""
+def measure_placement(shape: ModelShape, quick: bool, m_decode: int, m_prefill: int, cores: int) -> dict:
+    """Stack throughput at a decode-like and a prefill-like M: 1 thread, 2 threads, 2 processes of 1.
+    best_2core_gain is kept within [1, cores]: a noisy 1-thread window can make a ratio exceed what
+    the cores can give."""
     window, windows = (0.05, 1) if quick else (0.5, 3)
     points = (("decode", m_decode), ("prefill", m_prefill))
     pairs = measure_two_processes([{"kind": "stack", "shape": shape.__dict__, "dtype": "fp32", "dims": {"m": m},
@@ -139,7 +141,8 @@ def measure_placement(shape: ModelShape, quick: bool, m_decode: int, m_prefill: 
             row[f"{kind}_2threads_over_1"] = row["2threads"][kind] / one
             row[f"{kind}_2procs_over_1"] = row["2procs"][kind] / one
             row[f"{kind}_2procs_over_2threads"] = row["2procs"][kind] / row["2threads"][kind]
-        row["best_2core_gain"] = max(1.0, row["capacity_2threads_over_1"], row["capacity_2procs_over_1"])
+        row["best_2core_gain"] = min(float(max(cores, 1)), max(1.0, row["capacity_2threads_over_1"],
+                                                               row["capacity_2procs_over_1"]))
         out[label] = row
     return out
 
@@ -230,7 +233,8 @@ def bench_compute_bound(run_dir: Path | None = None, quick: bool = False, wall_s
     rates = measure_rates(shape, quick, [d for s in shapes for d in attention_dims(s)])
     heaviest = max(shapes, key=lambda s: s["m_prefill"])
     m_prefill = int(min(max(heaviest["m_prefill"], 8), max(rates["stack"])))
-    placement = measure_placement(shape, quick, m_decode=heaviest["m_decode"], m_prefill=m_prefill)
+    placement = measure_placement(shape, quick, m_decode=heaviest["m_decode"], m_prefill=m_prefill,
+                                  cores=min(2, cpu["logical_cpus"] or 1))
     out = {"quick": quick, "cpu": cpu, "model_shape": shape.__dict__,
            "body_params": shape.body_params, "head_params": shape.head_params,
            "loadavg_before_after": [load_before, os.getloadavg()],

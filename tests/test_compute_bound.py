@@ -114,7 +114,7 @@ def test_bench_part_runs_in_quick_mode(tmp_path):
     placement = result["placement_gflops"]
     assert set(placement) == {"decode", "prefill"}
     assert all(row[p]["capacity"] > 0 for row in placement.values() for p in ("1thread", "2threads", "2procs"))
-    assert all(row["best_2core_gain"] >= 1 for row in placement.values())
+    assert all(1 <= row["best_2core_gain"] <= 2 for row in placement.values())
     assert result["bf16"]["measured"] == result["cpu"]["native_bf16"]
     assert result["logits_over_prompt"]["head_all_over_last"] > 1
     clocks = result["run"]["clocks"]
