@@ -46,7 +46,12 @@ SHAPES = {
                  intermediate_size=128, vocab_size=4096, rope_theta=5e5, max_position_embeddings=8192,
                  context_window=8192, rope_scaling=LLAMA3_ROPE),
 }
-METHODS = ["full_context", "rag", "memorybank", "readagent", "amem", "memgpt", "scgmem"]
+METHODS = ["full_context", "rag", "scgmem", "readagent", "memorybank", "memgpt", "amem"]
+# Random weights never emit EOS, so every call runs to its cap: the check caps every call at
+# `--cap` tokens (recorded in the JSON) to fit four shapes x seven methods in its time.
+CAP_KEYS = ["amem_answer_tokens", "amem_analyze_tokens", "amem_retry_tokens", "amem_decision_tokens",
+            "amem_strengthen_tokens", "amem_update_tokens", "amem_query_tokens", "memgpt_step_tokens",
+            "memgpt_summary_tokens", "readagent_gist_tokens", "scgmem_free_tokens"]
 SPECIALS = {"qwen": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
             "llama": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]}
 TEMPLATES = {
@@ -209,7 +214,14 @@ def run_method(cfg_overrides: list[str], run_dir: Path) -> dict:
         return runner.evaluate(cfg)
 
 
-def check_shape(name: str, args, corpus: list[str], embedder_dir: Path, deadline: float) -> dict:
+def cap_overrides(cap: int, method: str) -> list[str]:
+    if cap <= 0:
+        return []
+    out = [f"++model.caps.{key}={cap}" for key in CAP_KEYS]
+    return out + ([f"method.summary_max_new_tokens={cap}"] if method == "memorybank" else [])
+
+
+def check_shape(name: str, args, corpus: list[str], embedder_dir: Path, deadline: float, write) -> dict:
     from hydra import compose, initialize_config_dir
 
     from scgmem import run as runner
@@ -219,7 +231,7 @@ def check_shape(name: str, args, corpus: list[str], embedder_dir: Path, deadline
     start = time.perf_counter()
     build_model_dir(name, shape, corpus, work / "model", args.device)
     result = {"shape": name, **{k: v for k, v in shape.items() if k != "rope_scaling"}, "device": args.device,
-              "build_s": round(time.perf_counter() - start, 1), "methods": {}}
+              "cap": args.cap or None, "build_s": round(time.perf_counter() - start, 1), "methods": {}}
     model_choice = "local" if name == "tiny" else name
     base = [f"model={model_choice}", f"model.path={work / 'model'}", "data.samples=[conv-26]",
             f"data.max_sessions={args.sessions}", f"data.questions_per_category={args.questions}",
@@ -229,7 +241,8 @@ def check_shape(name: str, args, corpus: list[str], embedder_dir: Path, deadline
     if name == "tiny":
         base.append(f"model.context_window={shape['context_window']}")
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        model_cfg = compose("config", overrides=base).model
+        # the jobs' model node (their caps included), so that every job reuses this one load
+        model_cfg = compose("config", overrides=[*base, *cap_overrides(args.cap, "")]).model
     start = time.perf_counter()
     llm = runner._shared("model", model_cfg, f"model={model_choice}")  # the jobs below reuse this load
     result["load_s"] = round(time.perf_counter() - start, 1)
@@ -244,7 +257,7 @@ def check_shape(name: str, args, corpus: list[str], embedder_dir: Path, deadline
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
         try:
-            summary = run_method([*base, f"method={method}"], work / "runs" / method)
+            summary = run_method([*base, f"method={method}", *cap_overrides(args.cap, method)], work / "runs" / method)
             entry = {"ok": True, "n_questions": summary["n_questions"], "outputs_cut_at_cap": summary["outputs_cut_at_cap"],
                      "tokens": summary["tokens"], "timing": summary["timing"],
                      "repetition_penalty": sorted({c["settings"]["repetition_penalty"]
@@ -254,9 +267,11 @@ def check_shape(name: str, args, corpus: list[str], embedder_dir: Path, deadline
             entry = {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
         entry["wall_s"] = round(time.perf_counter() - start, 2)
         entry.update(meter.report())
+        entry["same_model"] = runner._LOADED["model"][1] is llm  # the meter watched the model the job used
         if cuda:
             entry["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
         result["methods"][method] = entry
+        write(result)  # after every method: a check stopped at its time limit keeps what it measured
         print(f"[device_check] {name} {method}: ok={entry['ok']} {entry['wall_s']} s "
               f"prefill {entry['prefill_tokens_per_s']} tok/s decode {entry['decode_tokens_per_s']} tok/s "
               f"rows/call {entry['mean_rows_per_generate']}", flush=True)
@@ -275,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--sessions", type=int, default=1)
     parser.add_argument("--questions", type=int, default=1, help="questions per category")
-    parser.add_argument("--budget-s", type=float, default=420, help="no new method starts after this")
+    parser.add_argument("--budget-s", type=float, default=400, help="no new method starts after this")
+    parser.add_argument("--cap", type=int, default=32, help="max_new_tokens of every call (0 = the configs' caps)")
     parser.add_argument("--work", default="/tmp/scgmem-device-check")
     args = parser.parse_args(argv)
     args.methods = [m for m in args.methods.split(",") if m]
@@ -290,9 +306,15 @@ def main(argv: list[str] | None = None) -> int:
     embedder_dir = build_embedder_dir(corpus, Path(args.work) / "embedder")
     failed = 0
     for name in args.shapes.split(","):
-        result = {"environment": environment, **check_shape(name, args, corpus, embedder_dir, deadline)}
+        def write(result, name=name):
+            (out / f"{name}.json").write_text(json.dumps({"environment": environment, **result}, indent=2))
+
+        if time.perf_counter() > deadline:
+            write({"shape": name, "skipped": "time budget of the check spent", "methods": {}})
+            continue
+        result = check_shape(name, args, corpus, embedder_dir, deadline, write)
+        write(result)
         failed += sum(1 for m in result["methods"].values() if m["ok"] is False)
-        (out / f"{name}.json").write_text(json.dumps(result, indent=2))
     print(f"[device_check] wrote {out}; {failed} method run(s) failed", flush=True)
     return 1 if failed else 0
 

@@ -20,4 +20,5 @@ def test_device_check_dry_run_on_cpu(tmp_path, locomo_path):
         assert entry["ok"] is True, entry.get("traceback")
         assert entry["n_questions"] > 0 and entry["generate_calls"] > 0 and entry["mean_rows_per_generate"] >= 1
         assert entry["prefill_tokens_per_s"] > 0 and entry["decode_tokens_per_s"] > 0
+        assert entry["same_model"] is True
         assert entry["repetition_penalty"] == [1.0]  # the saved model's 1.05 was neutralised
