@@ -1,4 +1,7 @@
-"""MemoryBank's summary prompts, after SiliconFriend's summarize_memory.py [M1] (docs/methods.md, section MemoryBank)."""
+"""MemoryBank's summary prompts, after SiliconFriend's summarize_memory.py [M1].
+
+docs/methods.md, section MemoryBank.
+"""
 
 # [M1] summarize_memory.py, English prompts; the two speakers replace "user" and "AI", and the
 # companion's "response strategy" (incidental to the memory) is left out.

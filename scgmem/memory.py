@@ -141,7 +141,10 @@ class MemoryMethod(abc.ABC):
 
 
 def render_turn(turn: Turn, style: str = "amem") -> str:
-    """One turn as memory text. amem: `speaker: [Image: caption] text`; locomo: `speaker said, "text" [shares caption]`."""
+    """One turn as memory text.
+
+    amem: `speaker: [Image: caption] text`; locomo: `speaker said, "text" [shares caption]`.
+    """
     if style == "locomo":
         shares = f" [shares {turn.caption}]" if turn.caption else ""
         return f'{turn.speaker} said, "{turn.text}"{shares}'

@@ -3,6 +3,7 @@ tiny conversation builder."""
 from __future__ import annotations
 
 import re
+import time
 
 import numpy as np
 
@@ -39,6 +40,15 @@ class BagEmbedder:
                 out[row, sum(map(ord, word)) % self.dim] += 1.0
             out[row, 0] += 1e-3
         return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def measured_ingest(method, conversation: Conversation, llm, rng) -> tuple[float, int]:
+    """Ingest `conversation` on the embedded model; returns (seconds, LLM calls) it took."""
+    before = llm.usage.snapshot().get("other", {}).get("calls", 0)
+    t0 = time.perf_counter()
+    method.ingest(conversation, rng)
+    seconds = time.perf_counter() - t0
+    return seconds, llm.usage.snapshot()["other"]["calls"] - before
 
 
 def conversation(sessions: list[list[tuple[str, str]]], dates=None) -> Conversation:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -11,7 +10,7 @@ from baselines import amem_prompts as P
 from baselines.amem import AMem, note_content
 from scgmem.data.locomo import Conversation, Turn
 from scgmem.llm.fake import ScriptedLLM
-from tests.baselines import CONV, BagEmbedder, conversation
+from tests.baselines import CONV, BagEmbedder, conversation, measured_ingest
 
 RNG = np.random.default_rng(0)
 
@@ -271,11 +270,7 @@ def test_embedded_model_end_to_end(smollm, minilm, locomo_path):
     session = conv.sessions[0]
     small = Conversation(conv.sample_id, conv.speaker_a, conv.speaker_b, (session,), ())
     amem = AMem(smollm, minilm)
-    before = smollm.usage.snapshot().get("other", {}).get("calls", 0)
-    t0 = time.perf_counter()
-    amem.ingest(small, RNG)
-    ingest_s = time.perf_counter() - t0
-    calls = smollm.usage.snapshot()["other"]["calls"] - before
+    ingest_s, calls = measured_ingest(amem, small, smollm, RNG)
     [r] = amem.recall_batch(["What did Caroline go to?"], budget_tokens=[600], rngs=[RNG])
     print(f"A-MEM on {len(session.turns)} turns: {ingest_s:.1f}s, {calls / len(session.turns):.2f} calls/turn; "
           f"stats {amem.stats()}")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -11,7 +10,7 @@ from baselines.memgpt import (FAILED_HEARTBEAT, PREFIX, REQ_HEARTBEAT, SESSION_E
                               longest_content_word, parse_call)
 from scgmem.data.locomo import Conversation
 from scgmem.llm.fake import ScriptedLLM
-from tests.baselines import CONV, BagEmbedder, conversation
+from tests.baselines import CONV, BagEmbedder, conversation, measured_ingest
 
 RNG = np.random.default_rng(0)
 
@@ -307,11 +306,7 @@ def test_embedded_model_end_to_end(smollm, minilm, locomo_path):
     conv = next(c for c in load_locomo(locomo_path)[0] if c.sample_id == "conv-26")
     small = Conversation(conv.sample_id, conv.speaker_a, conv.speaker_b, conv.sessions[:2], ())
     m = MemGPT(smollm, minilm)
-    before = smollm.usage.snapshot().get("other", {}).get("calls", 0)
-    t0 = time.perf_counter()
-    m.ingest(small, RNG)
-    ingest_s = time.perf_counter() - t0
-    calls = smollm.usage.snapshot()["other"]["calls"] - before
+    ingest_s, calls = measured_ingest(m, small, smollm, RNG)
     rs = m.recall_batch(["What did Caroline research?", "When did Melanie paint a sunrise?"],
                         budget_tokens=[1500, 1500], rngs=[RNG, RNG])
     n_turns = sum(len(s.turns) for s in small.sessions)
