@@ -270,6 +270,9 @@ class Pipeline:
                 "evidence": list(q.evidence), "retrieved": list(r.dia_ids),
                 "evidence_recall": evidence_recall(q.evidence, r.dia_ids),
                 "latency_s": round(lat, 4), "prompt_tokens": ptoks,
+                # How much of the conversation the method handed to the answer prompt.
+                "context_tokens": self.llm.count_tokens(r.context) if r.context else 0,
+                "context_turns": len(r.dia_ids),
             }
             if p.options is not None:
                 record["options"] = p.options

@@ -44,6 +44,15 @@ def hallucination_counts(records: list[dict], state: RunState) -> tuple[int, int
     return (outside, generated) if has_keys else None
 
 
+def context_length(records: list[dict]) -> dict | None:
+    """Mean context handed to the answer prompt per question (records without the fields are skipped)."""
+    rows = [r for r in records if "context_tokens" in r]
+    if not rows:
+        return None
+    return {"mean_tokens": round(sum(r["context_tokens"] for r in rows) / len(rows), 1),
+            "mean_turns": round(sum(r["context_turns"] for r in rows) / len(rows), 2), "n": len(rows)}
+
+
 def build_summary(*, records, state: RunState, method_name: str, model_name: str, protocol, categories,
                   seed: int, data_info: dict, llm_usage: dict, config: dict) -> dict:
     scores = aggregate(records, categories)
@@ -73,6 +82,7 @@ def build_summary(*, records, state: RunState, method_name: str, model_name: str
                    "answer_s_per_question": round(state.answer_s / n, 4) if n else None,
                    "memory_cache_hits": state.cache_hits},
         "tokens": tokens,
+        "context": context_length(records),
         "deviations": deviations,
         "method_stats": {"ingest": state.ingest_stats, "final": state.method_stats},
         "protocol_settings": protocol.settings(),

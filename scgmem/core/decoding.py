@@ -6,7 +6,8 @@ leave the schema trie to -inf. The softmax that follows renormalises over the al
 tokens (Eq. 6). It serves greedy decoding, seeded sampling and beam search alike.
 
 Multi-key generation: keys are written as " k1, k2, k3". After a key's terminator (the
-separator) the row is back at the trie root; EOS is allowed wherever a key may end; after
+separator) the row is back at the trie root; EOS is allowed wherever a key may end (one EOS
+id only, `key_end_id`, so a key ends one way); after
 `max_keys` keys only EOS is. With `max_keys=1` and `num_beams=b`, beam search returns b
 distinct keys of S with their cumulative log-probabilities (Eq. 11,
 `constrained_beam_search`).
@@ -425,6 +426,17 @@ def _prompt_ids(llm, prompt: str, max_new_tokens: int) -> list[int]:
     return ids[len(ids) - limit:] if len(ids) > limit else ids
 
 
+def key_end_id(llm) -> int:
+    """The one EOS id that may end a key: the tokenizer's own end-of-turn token.
+
+    Qwen2.5 stops on two ids and Llama 3.2 on three. If each could end a key, one key would
+    finish as several beams (the same concept, split by its last token), and keeping each
+    concept once would leave fewer than b seeds. The others stay masked.
+    """
+    eos = getattr(llm.tokenizer, "eos_token_id", None)
+    return eos if eos in llm.eos_token_ids else llm.eos_token_ids[0]
+
+
 def generate_keys(llm, schema: CognitiveSchema, prompts: Sequence[str], *, max_keys: int | None = None,
                   num_beams: int = 1, temperature: float = 0.0, seeds: Sequence[int] | None = None,
                   max_new_tokens: int | None = None) -> tuple[list[list[KeyList]], SchemaDecoding]:
@@ -448,7 +460,7 @@ def generate_keys(llm, schema: CognitiveSchema, prompts: Sequence[str], *, max_k
         raise ValueError("generate_keys: the schema is empty")
     if max_new_tokens is None:
         max_new_tokens = (max_keys or 8) * schema.trie.max_depth
-    decoding = SchemaDecoding(schema, eos_ids=llm.eos_token_ids, pad_id=llm.tokenizer.pad_token_id,
+    decoding = SchemaDecoding(schema, eos_ids=[key_end_id(llm)], pad_id=llm.tokenizer.pad_token_id,
                               max_keys=max_keys, decode=llm.tokenizer.decode,
                               scores_are_logprobs=num_beams > 1)  # beam search hands over log_softmax
     gens = llm.generate(list(prompts), max_new_tokens=max_new_tokens, temperature=temperature, seeds=seeds,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections import Counter
 from typing import Any
 
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 STATE_FORMAT = 1  # bump when the layout of state_dict changes
 # Bump when ingestion code changes what it builds (parsing, normalisation, stop words,
 # grounding, the trigger rule, decoding): the memory cache is keyed on memory_settings().
-INGEST_VERSION = 1
+INGEST_VERSION = 2
 
 
 def _vocab_size(llm) -> int:
@@ -50,6 +51,10 @@ def _vocab_size(llm) -> int:
     if hasattr(llm, "tokenizer"):
         return len(llm.tokenizer)
     return 1 << 16  # a model-less stand-in (ScriptedLLM): the object can be built, not ingest
+
+
+def _finite_or_none(x: float) -> float | None:
+    return round(x, 4) if math.isfinite(x) else None
 
 
 class SCGMem(MemoryMethod):
@@ -73,6 +78,12 @@ class SCGMem(MemoryMethod):
             assistant's primer.
         recall_prompt / recall_prefix: the seed instruction ({question}) and primer.
         free_recall_prompt / free_recall_prefix / max_keywords: the constraint=False keywords.
+        turns_per_concept: turns each active concept adds to the context (Section 3.6's
+            "text segments"), or "all" (every turn of every active concept, up to the window).
+        threshold_mode / keep_quantile / trigger_quantile / threshold_warmup: how the
+            assimilation thresholds are set (`evolution.Evolution`): "quantile" = relative to
+            the model's own log-probs on the conversation so far; "absolute" = the fixed
+            keep_threshold / trigger_threshold.
         context_tokens: optional cap on the context below the runner's budget (speed).
         separator: the text between keys (one token; the keys' terminator).
         dense_threshold: trie nodes with this many children keep a dense mask row.
@@ -82,6 +93,8 @@ class SCGMem(MemoryMethod):
 
     def __init__(self, llm, embedder=None, *, k: int = 35, hops: int = 1, num_beams: int = 5,
                  temperature: float = 1.0, constraint: bool = True, evolution: bool = True,
+                 threshold_mode: str = "quantile", keep_quantile: float = 0.5, trigger_quantile: float = 0.3,
+                 threshold_warmup: int = 16, turns_per_concept: int | str = 1,
                  keep_threshold: float = -2.5, trigger_threshold: float = -3.0, min_assimilated: int = 1,
                  max_keys: int = 5, max_free_keys: int = 8, max_concept_words: int = 4,
                  free_max_new_tokens: int = 24, ingest_batch_size: int = 8,
@@ -108,6 +121,11 @@ class SCGMem(MemoryMethod):
         if "{question}" not in recall_prompt or "{question}" not in free_recall_prompt:
             raise ValueError(f"method.recall_prompt and free_recall_prompt must contain '{{question}}', got "
                              f"{recall_prompt!r} / {free_recall_prompt!r}")
+        if turns_per_concept == "all":
+            turns_per_concept = None
+        elif not isinstance(turns_per_concept, int) or isinstance(turns_per_concept, bool) or turns_per_concept < 1:
+            raise ValueError(f"method.turns_per_concept must be an int >= 1 or 'all', got {turns_per_concept!r}")
+        self.turns_per_concept = turns_per_concept
         self.k, self.hops, self.num_beams, self.temperature = k, hops, num_beams, float(temperature)
         self.constraint, self.evolution = constraint, evolution
         self.ingest_batch_size = ingest_batch_size
@@ -118,7 +136,9 @@ class SCGMem(MemoryMethod):
         self.separator = separator
         self.dense_threshold = dense_threshold
         self.evolution_args = dict(
-            evolution=evolution, keep_threshold=float(keep_threshold), trigger_threshold=float(trigger_threshold),
+            evolution=evolution, threshold_mode=threshold_mode, keep_quantile=float(keep_quantile),
+            trigger_quantile=float(trigger_quantile), threshold_warmup=threshold_warmup,
+            keep_threshold=float(keep_threshold), trigger_threshold=float(trigger_threshold),
             min_assimilated=min_assimilated, max_keys=max_keys, max_free_keys=max_free_keys,
             max_concept_words=max_concept_words, free_max_new_tokens=free_max_new_tokens,
             prompt=ingest_prompt, answer_prefix=ingest_prefix)
@@ -138,6 +158,7 @@ class SCGMem(MemoryMethod):
         self.deviations = Counter()
         self._turn_tokens: dict[str, int] = {}
         self._concept_vectors: np.ndarray | None = None
+        self.thresholds: dict[str, Any] = {}  # the assimilation cuts reached at the end of ingestion
 
     # ------------------------------------------------------------------ ingestion (3.4, 3.5)
     def ingest(self, conversation: Conversation, rng: np.random.Generator) -> None:
@@ -155,6 +176,9 @@ class SCGMem(MemoryMethod):
             batch = turns[start:start + self.ingest_batch_size]
             for turn, result in zip(batch, evolution.process(batch)):
                 self._index_turn(turn, result.concepts)
+            self.thresholds = {"threshold_mode": evolution.threshold_mode,
+                               "keep_cut_final": _finite_or_none(evolution.keep_cut),
+                               "trigger_cut_final": _finite_or_none(evolution.trigger_cut)}
             if (start // self.ingest_batch_size) % 10 == 9:
                 log.info("%s: %d/%d turns ingested, |S| = %d", conversation.sample_id, start + len(batch),
                          len(turns), len(self.schema))
@@ -179,25 +203,26 @@ class SCGMem(MemoryMethod):
             self.deviations["recall_no_seeds"] += len(questions)
             return [Recall("", [], {"seed_keys": [], "context_keys": [], "generated_keys": []}) for _ in questions]
         if self.constraint:
-            seeds, generated = constrained_seeds(self.llm, self.schema, questions, num_beams=self.num_beams,
+            seeds, generated, outside = constrained_seeds(self.llm, self.schema, questions, num_beams=self.num_beams,
                                                  prompt=self.recall_prompt, prefix=self.recall_prefix)
         else:
             seeds, generated, fallbacks = free_seeds(
                 self.llm, self.embedder, self.schema, self.concept_vectors(), questions, num_seeds=self.num_beams,
                 max_keywords=self.max_keywords, prompt=self.free_recall_prompt, prefix=self.free_recall_prefix)
             self.deviations["free_recall_no_keywords"] += fallbacks
+            outside = [sum(k not in self.schema for k in keys) for keys in generated]  # free text: no token path
         out = []
-        for q_seeds, q_keys, budget, rng in zip(seeds, generated, budget_tokens, rngs):
+        for q_seeds, q_keys, q_outside, budget, rng in zip(seeds, generated, outside, budget_tokens, rngs):
             self.counters["keys_generated"] += len(q_keys)
-            self.counters["keys_outside_schema"] += sum(k not in self.schema for k in q_keys)
+            self.counters["keys_outside_schema"] += q_outside
             self.counters["recall_keys_generated"] += len(q_keys)
-            self.counters["recall_keys_outside_schema"] += sum(k not in self.schema for k in q_keys)
+            self.counters["recall_keys_outside_schema"] += q_outside
             if not q_seeds:
                 self.deviations["recall_no_seeds"] += 1
             active = propagate(self.graph, q_seeds, k=self.k, hops=self.hops, temperature=self.temperature, rng=rng)
             ranked = [c for c, _ in active]
             cap = budget if self.context_tokens is None else min(budget, self.context_tokens)
-            order = rank_turns(ranked, self.index, self.turn_concepts)
+            order = rank_turns(ranked, self.index, self.turn_concepts, self.turns_per_concept)
             context, dia_ids = reconstruct_context(order, self.turns, cap, self.llm.count_tokens, self._tokens_of)
             out.append(Recall(context, dia_ids, {"seed_keys": list(q_seeds), "context_keys": ranked,
                                                  "generated_keys": list(q_keys)}))
@@ -235,6 +260,7 @@ class SCGMem(MemoryMethod):
             "turns": [dataclasses.asdict(t) for t in self.turns.values()],
             "counters": dict(self.counters),
             "deviations": dict(self.deviations),
+            "thresholds": dict(self.thresholds),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -249,6 +275,7 @@ class SCGMem(MemoryMethod):
         self.turns = {t["dia_id"]: Turn(**t) for t in state["turns"]}
         self.counters = Counter(state["counters"])
         self.deviations = Counter(state["deviations"])
+        self.thresholds = dict(state.get("thresholds", {}))
 
     def export(self) -> dict[str, Any]:
         """memory/<sample_id>.json: n_turns, concept -> dia_ids, and [u, v, w_uv] (Eq. 10 now)."""
@@ -260,6 +287,6 @@ class SCGMem(MemoryMethod):
         out = {"deviations": dict(self.deviations), "keys_generated": c["keys_generated"],
                "keys_outside_schema": c["keys_outside_schema"], "turns": c["turns"],
                "accommodated_turns": c["accommodated_turns"], "assimilated_turns": c["assimilated_turns"],
-               "schema_size": len(self.schema), "edges": self.graph.num_edges}
+               "schema_size": len(self.schema), "edges": self.graph.num_edges, **self.thresholds}
         out.update({key: value for key, value in sorted(c.items()) if key not in out})
         return out

@@ -10,9 +10,11 @@
    P(v | u) = softmax_v(w_uv / T) over u's neighbours; neighbours are sampled without
    replacement (seeded, Gumbel-top-k) until k concepts are active; with hops > 1 the
    next hop starts from the concepts sampled in the previous one.
-3. Context reconstruction (`reconstruct_context`): the turns of the active concepts,
-   deduplicated, ranked seeds first then by activation, cut to the token budget, printed
-   in chronological order with session dates. The dia_ids that made it in are recorded.
+3. Context reconstruction (`rank_turns`, `reconstruct_context`): at most
+   `turns_per_concept` turns of each active concept (those where most active concepts
+   meet, then the newest), deduplicated, ranked seeds first then by activation, cut to the
+   token budget (a cap, not the target), printed in chronological order with session
+   dates. The dia_ids that made it in are recorded.
 """
 from __future__ import annotations
 
@@ -41,22 +43,26 @@ FREE_RECALL_PREFIX = "Keywords:"
 # ---------------------------------------------------------------------- 1. schema activation
 def constrained_seeds(llm, schema: CognitiveSchema, questions: Sequence[str], *, num_beams: int,
                       prompt: str = RECALL_PROMPT,
-                      prefix: str = RECALL_PREFIX) -> tuple[list[list[str]], list[list[str]]]:
+                      prefix: str = RECALL_PREFIX) -> tuple[list[list[str]], list[list[str]], list[int]]:
     """Eq. 11 for every question in one beam-search call.
 
     Returns:
         (seeds per question: up to b concepts, best first;
-         generated keys per question: the normalised key of every returned beam with a
-         finite score, deduplicated - what the hallucination rate is counted over).
+         generated keys per question: every returned beam with a finite score, as the
+         concept its tokens spell (a trie path), else its normalised text; deduplicated;
+         keys outside S per question: beams whose tokens spell no concept. Membership is
+         decided on the token path, not the decoded text, whose round trip may differ).
     """
     prompts = [llm.render(prompt.format(question=q), assistant_prefix=prefix) for q in questions]
     beams, lists = constrained_beam_search(llm, schema, prompts, num_beams=num_beams)
-    seeds, generated = [], []
+    seeds, generated, outside = [], [], []
     for found, row in zip(beams, lists):
         seeds.append([b.concept for b in found if b.concept in schema])
-        keys = [normalise(k.text) for kl in row if math.isfinite(kl.score) for k in kl.keys]
-        generated.append(list(dict.fromkeys(keys)))
-    return seeds, generated
+        keys = {(k.concept if k.concept is not None else normalise(k.text)): k.concept is None
+                for kl in row if math.isfinite(kl.score) for k in kl.keys}
+        generated.append(list(keys))
+        outside.append(sum(keys.values()))
+    return seeds, generated, outside
 
 
 def free_seeds(llm, embedder, schema: CognitiveSchema, concept_vectors: np.ndarray, questions: Sequence[str], *,
@@ -156,18 +162,31 @@ def propagate(graph: AssociativeGraph, seeds: Sequence[str], *, k: int, hops: in
 
 # ---------------------------------------------------------------------- 3. reconstruction
 def rank_turns(ranked: Sequence[str], index: Mapping[str, Sequence[str]],
-               turn_concepts: Mapping[str, Sequence[str]]) -> list[str]:
+               turn_concepts: Mapping[str, Sequence[str]], turns_per_concept: int | None = None) -> list[str]:
     """dia_ids of the active concepts' turns, deduplicated, in concept rank order.
 
-    Within a concept, turns grounded in more active concepts come first (they sit where
-    the activated ideas meet), then chronological order.
+    Section 3.6 maps the activated concepts back to "the text segments associated with"
+    them. Each concept contributes at most `turns_per_concept` turns (None = all of them),
+    so the context is about k segments long and grows with k; a frequent concept cannot
+    fill the window on its own. A concept's turns are ranked by how many active concepts
+    are grounded in them (they sit where the activated ideas meet), then newest first:
+    a later turn states the current fact of a long conversation (a plan that happened, a
+    changed job), and the oldest turns stay reachable through their rarer concepts.
+    With None the order is today's full list (ties chronological).
     """
+    if turns_per_concept is not None and turns_per_concept < 1:
+        raise ValueError(f"method.turns_per_concept must be >= 1 or 'all', got {turns_per_concept}")
     active = set(ranked)
     out: list[str] = []
     seen: set[str] = set()
     for concept in ranked:
         ids = [d for d in index.get(concept, ()) if d not in seen]
-        ids.sort(key=lambda d: (-sum(c in active for c in turn_concepts.get(d, ())), dia_order(d)))
+        meets = {d: sum(c in active for c in turn_concepts.get(d, ())) for d in ids}
+        if turns_per_concept is None:
+            ids.sort(key=lambda d: (-meets[d], dia_order(d)))
+        else:
+            ids.sort(key=lambda d: (-meets[d], tuple(-x for x in dia_order(d))))
+            ids = ids[:turns_per_concept]
         for d in ids:
             seen.add(d)
             out.append(d)

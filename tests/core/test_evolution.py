@@ -77,7 +77,7 @@ def test_assimilation_keeps_only_schema_keys_and_counts_them(hybrid):
         schema.add(c)
     counters = Counter()
     # thresholds so low that the tiny random model's keys are all kept and nothing triggers
-    evo = Evolution(llm, schema, keep_threshold=-1e9, trigger_threshold=-1e9, max_keys=3, counters=counters)
+    evo = Evolution(llm, schema, threshold_mode="absolute", keep_threshold=-1e9, trigger_threshold=-1e9, max_keys=3, counters=counters)
     conv = make_conversation(texts())
     results = evo.process(conv.turns)
     assert counters["keys_generated"] > 0 and counters["keys_outside_schema"] == 0
@@ -86,13 +86,14 @@ def test_assimilation_keeps_only_schema_keys_and_counts_them(hybrid):
         assert len(r.assimilated) <= 3 and not r.accommodated
     assert len(schema) == 4 and not llm.free_prompts  # no accommodation was needed
     # with a strict threshold every turn accommodates
-    strict = Evolution(llm, schema, keep_threshold=0.0, counters=Counter())
+    strict = Evolution(llm, schema, threshold_mode="absolute", keep_threshold=0.0, counters=Counter())
     assert all(r.accommodated for r in strict.process(conv.turns))
 
 
 def test_trigger_rule():
     evo = Evolution.__new__(Evolution)
     evo.evolution, evo.min_assimilated, evo.trigger_threshold = True, 2, -3.0
+    evo.threshold_mode = "absolute"
     evo.schema = ["x"]  # non-empty
     assert evo.needs_accommodation(TurnConcepts("D1:1", ["a"], mean_logprob=-1.0))  # too few kept
     assert evo.needs_accommodation(TurnConcepts("D1:1", ["a", "b"], mean_logprob=-3.5))  # high perplexity
@@ -119,7 +120,7 @@ def test_malformed_output_never_crashes_and_is_counted(hybrid):
 def test_evolution_false_never_grounds_a_turn_in_an_existing_concept(hybrid):
     llm = hybrid(words_script)
     schema = CognitiveSchema(llm.encode, len(llm.tokenizer), forbidden_ids=llm.eos_token_ids)
-    evo = Evolution(llm, schema, evolution=False, keep_threshold=-1e9, trigger_threshold=-1e9, counters=Counter())
+    evo = Evolution(llm, schema, evolution=False, threshold_mode="absolute", keep_threshold=-1e9, trigger_threshold=-1e9, counters=Counter())
     conv = make_conversation(texts() * 2)
     seen: set[str] = set()
     for start in range(0, len(conv.turns), 3):

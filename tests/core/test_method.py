@@ -33,7 +33,7 @@ class HashEmbedder:
 
 def built(llm, **kwargs) -> SCGMem:
     # low thresholds: the tiny random model's keys are kept, so turns do ground in shared concepts
-    method = SCGMem(llm, kwargs.pop("embedder", None), keep_threshold=-1e9, trigger_threshold=-1e9,
+    method = SCGMem(llm, kwargs.pop("embedder", None), threshold_mode="absolute", keep_threshold=-1e9, trigger_threshold=-1e9,
                     ingest_batch_size=3, **kwargs)
     method.ingest(make_conversation(texts() * 2), np.random.default_rng(0))
     return method
@@ -50,7 +50,7 @@ def test_ingest_stats_export_and_state(hybrid):
     assert any(len(ids) > 1 for ids in exported["concepts"].values())  # turns share concepts
     for u, v, w in exported["edges"]:
         assert w == pytest.approx(method.graph.weight(u, v))
-    clone = SCGMem(method.llm, keep_threshold=-1e9, trigger_threshold=-1e9, ingest_batch_size=3)
+    clone = SCGMem(method.llm, threshold_mode="absolute", keep_threshold=-1e9, trigger_threshold=-1e9, ingest_batch_size=3)
     clone.load_state_dict(json.loads(json.dumps(method.state_dict())))
     assert clone.export() == method.export() and clone.stats() == stats
     a = method.recall("Where did they go hiking?", budget_tokens=200, rng=np.random.default_rng(3))
@@ -113,10 +113,12 @@ def test_memory_settings_hold_only_what_changes_the_memory(hybrid):
     llm = hybrid(words_script)
     base = SCGMem(llm).memory_settings()
     for recall_only in ({"k": 5}, {"hops": 2}, {"temperature": 3.0}, {"num_beams": 2}, {"context_tokens": 99},
+                        {"turns_per_concept": "all"}, {"turns_per_concept": 3},
                         {"recall_prompt": "Q {question}"}):
         assert SCGMem(llm, **recall_only).memory_settings() == base, recall_only
     assert SCGMem(llm, HashEmbedder(), constraint=False).memory_settings() == base
     for ingest in ({"evolution": False}, {"keep_threshold": -1.0}, {"trigger_threshold": -1.0},
+                   {"threshold_mode": "absolute"}, {"keep_quantile": 0.4}, {"trigger_quantile": 0.2},
                    {"min_assimilated": 2}, {"max_keys": 3}, {"ingest_batch_size": 4}, {"ingest_prompt": "{turn}"}):
         assert SCGMem(llm, **ingest).memory_settings() != base, ingest
     json.dumps(base)

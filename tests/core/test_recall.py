@@ -78,3 +78,42 @@ def test_context_ranking_budget_and_chronology():
     text, ids = reconstruct_context(order, turns, 14, count)
     assert ids == ["D1:2", "D2:1"] and count(text) <= 14  # the lower-ranked turns are cut first
     assert reconstruct_context(order, turns, 0, count) == ("", [])
+
+
+def meeting_memory():
+    """'big' is grounded in six turns; 'small' and 'other' meet 'big' in one turn each."""
+    index = {"big": ["D1:1", "D1:2", "D2:1", "D2:2", "D3:1", "D3:2"], "small": ["D1:2", "D3:3"],
+             "other": ["D2:1", "D3:4"], "lone": ["D4:1"]}
+    turn_concepts: dict[str, list[str]] = {}
+    for concept, ids in index.items():
+        for d in ids:
+            turn_concepts.setdefault(d, []).append(concept)
+    return index, turn_concepts
+
+
+def test_each_concept_adds_a_bounded_number_of_turns():
+    index, tc = meeting_memory()
+    # one turn per concept: where most active concepts meet, then the newest
+    assert rank_turns(["big", "small", "other"], index, tc, 1) == ["D2:1", "D1:2", "D3:4"]
+    assert rank_turns(["big", "small"], index, tc, 1) == ["D1:2", "D3:3"]
+    assert rank_turns(["big"], index, tc, 2) == ["D3:2", "D3:1"]  # nothing meets: the newest two
+    with pytest.raises(ValueError, match="turns_per_concept"):
+        rank_turns(["big"], index, tc, 0)
+
+
+def test_the_context_grows_with_the_number_of_active_concepts():
+    index, tc = meeting_memory()
+    sizes = [len(rank_turns(active, index, tc, 1)) for active in (["big"], ["big", "small"],
+                                                                  ["big", "small", "other", "lone"])]
+    assert sizes == [1, 2, 4]
+    # every turn of every concept: one frequent concept alone gives six turns
+    assert len(rank_turns(["big"], index, tc, None)) == 6
+
+
+def test_all_turns_per_concept_keeps_the_full_ranking():
+    index, tc = meeting_memory()
+    ranked = ["big", "small", "other"]
+    # meeting turns first, then chronological; then the next concept's unseen turns
+    assert rank_turns(ranked, index, tc, None) == ["D1:2", "D2:1", "D1:1", "D2:2", "D3:1", "D3:2", "D3:3",
+                                                   "D3:4"]
+    assert rank_turns(ranked, index, tc) == rank_turns(ranked, index, tc, None)
