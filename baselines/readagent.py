@@ -12,14 +12,14 @@ docs/methods.md, section ReadAgent. The three steps:
    brackets) or ReadAgent-S (`lookup="sequential"`: one page or STOP per call, up to N calls).
    The chosen pages' gists are replaced by the raw pages, in place.
 
-LoCoMo adaptations: a paragraph is one rendered turn, plus a
-`DATE: {date}` paragraph at each session start; the whole conversation is one document; each
-page is shown as `<Page p> [dates]` followed by its gist or raw text, the header built without
-the LLM (page numbers are 0-based, as in the demo). The QuALITY prompts are used with
-"article" read as "conversation" and without multiple-choice options.
+LoCoMo adaptations: a paragraph is one rendered turn, plus a `DATE: {date}` paragraph at each
+session start; the whole conversation is one document; each page is shown as
+`<Page p> [dates]` followed by its gist or raw text, the header built without the LLM (page
+numbers are 0-based, as in the demo). The QuALITY prompts are used with "article" read as
+"conversation" and without multiple-choice options.
 
-Tiny-LLM behaviour. Every fallback is counted in `deviations`,
-by kind, whether or not it is the reference's own behaviour:
+Tiny-LLM behaviour. Every fallback is counted in `deviations`, by kind, whether or not it is
+the reference's own behaviour:
 
 - `break_point_parse_failure` / `break_point_out_of_range`: no `<n>` in the reply, or n <= i or
   n > j: the page ends at j, a fixed ~`word_limit`-word page (the reference's
