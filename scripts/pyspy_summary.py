@@ -12,6 +12,7 @@ Groups: each sample goes to the first group whose text occurs in one of its fram
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 from collections import Counter
@@ -64,7 +65,7 @@ def table(counts: Counter, samples: int, top: int, title: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("raw", type=Path, help="py-spy --format raw output")
+    parser.add_argument("raw", type=Path, help="py-spy --format raw output (may be gzipped: .gz)")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--json", type=Path, help="also write the top frames as JSON")
     parser.add_argument("--group", action="append", default=[], metavar="NAME=TEXT",
@@ -78,7 +79,8 @@ def main() -> None:
         if not sep or not name or not text:
             raise SystemExit(f"error: --group {spec!r}: expected NAME=TEXT")
         groups.append((name, text))
-    result = summarize(args.raw.read_text().splitlines(), groups)
+    text = gzip.decompress(args.raw.read_bytes()).decode() if args.raw.suffix == ".gz" else args.raw.read_text()
+    result = summarize(text.splitlines(), groups)
     samples = result["samples"]
     if not samples:
         raise SystemExit(f"error: {args.raw}: no samples (not a py-spy raw file?)")
