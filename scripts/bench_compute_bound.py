@@ -68,13 +68,18 @@ def load_run(run_dir: Path) -> dict:
 
 
 def phase_shapes(flops: dict, batch_size: int, max_batch_tokens: int, quick: bool = False) -> dict:
-    """The M (rows of a weight product) and attention shapes a phase's work runs at (quick: capped)."""
+    """The M (rows of a weight product) and attention lengths a phase's work runs at: a batch of
+    `rows` prompts prefills rows x (prompt - cached) tokens at once and then decodes `rows` at a time.
+    quick: lengths capped at 32 (tiny kernels for the smoke test)."""
     rows = max(1, min(batch_size, int(flops["calls"])))
     suffix = max(1.0, flops["mean_prompt"] - flops["mean_cached"])
     cap = 32 if quick else max_batch_tokens
+
+    def length(x: float) -> int:
+        return min(cap, max(1, round(x)))
     return {"rows": rows, "m_prefill": min(rows * suffix, max_batch_tokens, 2 * cap), "m_decode": rows,
-            "prefill_len": min(cap, max(1, round(suffix))), "prefill_ctx": min(cap, max(1, round(flops["mean_prompt"]))),
-            "decode_ctx": min(cap, max(1, round(flops["mean_prompt"] + flops["mean_generated"] / 2)))}
+            "prefill_len": length(suffix), "prefill_ctx": length(flops["mean_prompt"]),
+            "decode_ctx": length(flops["mean_prompt"] + flops["mean_generated"] / 2)}
 
 
 def run_settings(summary: dict) -> tuple[int, int]:

@@ -148,3 +148,19 @@ def test_profile_summary_counts_self_and_total_frames():
     assert got["self"]["forward (linear.py)"] == 6 and got["self"]["generate (backend.py)"] == 3
     assert got["total"]["generate (backend.py)"] == 9 and got["total"]["main (run.py)"] == 10
     assert frame_key("f (/x/.venv/lib/python3.11/site-packages/torch/a.py:3)") == "f (torch/a.py)"
+
+
+def test_phase_shapes_and_bound_arithmetic():
+    bench = load_bench()
+    shapes = bench.phase_shapes({"calls": 3, "mean_prompt": 100.0, "mean_cached": 20.0, "mean_generated": 10.0},
+                                batch_size=8, max_batch_tokens=16384)
+    assert shapes == {"rows": 3, "m_prefill": 240.0, "m_decode": 3, "prefill_len": 80, "prefill_ctx": 100,
+                      "decode_ctx": 105}
+    flops = {"body_prefill": 100.0, "body_decode": 10.0, "head": 4.0, "attention_prefill": 6.0,
+             "attention_decode": 3.0}
+    rates = {"stack": {8: {"cpu": 5.0}, 64: {"cpu": 50.0}}, "head": {8: {"cpu": 2.0}, 64: {"cpu": 20.0}},
+             "sdpa_prefill": {"cpu": 3.0}, "sdpa_decode": {"cpu": 1.0}}
+    # prefill kinds get the prefill gain (2), decode kinds the decode gain (1)
+    got = bench.bound_seconds(flops, {"m_prefill": 64, "m_decode": 8}, rates, gain_prefill=2.0, gain_decode=1.0)
+    assert got == {"body_prefill": 1.0, "body_decode": 2.0, "head": 2.0, "attention_prefill": 1.0,
+                   "attention_decode": 3.0, "total": 9.0}
