@@ -101,6 +101,40 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(fast_run, tmp_path):
     assert summary["timing"]["answer_s"] >= sum(r["latency_s"] for r in recs) - 1e-3 > 0
 
 
+def test_resume_after_sigkill_with_three_conversations_in_flight(tmp_path):
+    """Three conversations answered side by side (run.parallel_conversations=3), killed part-way:
+    the rerun completes exactly the missing questions, and matches an uninterrupted run."""
+    args = ["method=last_turns", "method.k=5", "data.samples=[conv-26,conv-30,conv-41]", "run.progress=false",
+            "data.questions_per_category=1", "run.answer_batch_size=1", "run.parallel_conversations=3"]
+    whole = tmp_path / "whole"
+    scgmem_run(*args, f"hydra.run.dir={whole}")
+    expected = records(whole)
+    assert len(expected) == 12
+    first_three = [r["sample_id"] for r in expected[:3]]
+    assert first_three == ["conv-26", "conv-30", "conv-41"]  # the first answers were one shared batch
+
+    run_dir = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "scgmem.run", *args, f"hydra.run.dir={run_dir}"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pred = run_dir / "predictions.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if pred.is_file() and pred.read_text().count("\n") >= 4:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    partial = records(run_dir)
+    assert 4 <= len(partial) < 12, "the run should have been killed part-way"
+    assert len({r["sample_id"] for r in partial}) == 3  # every conversation was in flight
+    with open(pred, "a") as f:  # what a kill in the middle of a write leaves behind
+        f.write('{"sample_id": "conv-30", "qa_in')
+    scgmem_run(*args, f"hydra.run.dir={run_dir}")
+    recs = records(run_dir)
+    assert len({(r["sample_id"], r["qa_index"]) for r in recs}) == len(recs) == 12
+    assert comparable(recs) == comparable(expected)
+
+
 def test_rerun_with_other_config_is_refused(fast_run):
     proc = scgmem_run(*FAST, "data.questions_per_category=2", "method.k=6", f"hydra.run.dir={fast_run}", check=False)
     assert proc.returncode == 2
