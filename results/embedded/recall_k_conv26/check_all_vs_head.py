@@ -6,7 +6,8 @@ commit given (the code before the change, read with `git show`), and by today's 
 `turns_per_concept=None` ("all"). Both use the run's exported memory (concept -> dia_ids) and
 the same token counter, at several token budgets (the runner's budget for SmolLM2-135M is about
 8K; smaller ones exercise the cut). Prints the number of (question, budget) pairs compared and
-how many differ. Also prints the full-context prompt size of the run's slice (every turn).
+how many differ; as a control that the comparison can fail, also how many differ from
+`turns_per_concept=1`. Also prints the full-context prompt size of the run's slice (every turn).
 
     .venv/bin/python results/embedded/recall_k_conv26/check_all_vs_head.py <commit> <run dir>...
 """
@@ -44,7 +45,7 @@ def main(commit: str, run_dirs: list[str]) -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(Path.home() / ".cache/scgmem/models/SmolLM2-135M-Instruct.Q4_1"))
     count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
     conversations, _ = load_locomo("/work/shared/locomo/locomo10.json")
-    compared = differ = 0
+    compared = differ = differ_one = 0
     for run in map(Path, run_dirs):
         max_sessions = json.loads((run / "summary.json").read_text())["data"].get("max_sessions")
         records = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
@@ -65,9 +66,13 @@ def main(commit: str, run_dirs: list[str]) -> None:
                                                      count)
                     new = today.reconstruct_context(today.rank_turns(ranked, index, turn_concepts, None), turns,
                                                     budget, count)
+                    one = today.reconstruct_context(today.rank_turns(ranked, index, turn_concepts, 1), turns,
+                                                    budget, count)
                     compared += 1
                     differ += old != new
-    print(f"compared {compared} (question, budget) pairs; {differ} differ")
+                    differ_one += old != one
+    print(f"compared {compared} (question, budget) pairs; {differ} differ from turns_per_concept=all; "
+          f"{differ_one} differ from turns_per_concept=1 (control)")
 
 
 if __name__ == "__main__":
