@@ -74,24 +74,31 @@ def test_other_seed_draws_other_answers(fast_run, tmp_path):
     assert [r["prediction"] for r in comparable(records(other))] != [r["prediction"] for r in comparable(records(fast_run))]
 
 
-def test_resume_after_sigkill_loses_and_duplicates_nothing(fast_run, tmp_path):
-    run_dir = tmp_path / "killed"
-    args = [*FAST, "data.questions_per_category=2", "run.answer_batch_size=1", f"hydra.run.dir={run_dir}"]
-    proc = subprocess.Popen([sys.executable, "-m", "scgmem.run", *args], cwd=ROOT,
+def run_until_killed(args: list[str], run_dir: Path, lines: int) -> list[dict]:
+    """Start scgmem-run, SIGKILL it once predictions.jsonl has `lines` lines, then leave what a
+    kill in the middle of a write leaves behind; returns the complete records written before."""
+    proc = subprocess.Popen([sys.executable, "-m", "scgmem.run", *args, f"hydra.run.dir={run_dir}"], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pred = run_dir / "predictions.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
-        if pred.is_file() and pred.read_text().count("\n") >= 3:
+        if pred.is_file() and pred.read_text().count("\n") >= lines:
             break
-        time.sleep(0.2)
+        time.sleep(0.1)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    partial = pred.read_text().count("\n")
-    assert 3 <= partial < 8, "the run should have been killed part-way"
-    with open(pred, "a") as f:  # what a kill in the middle of a write leaves behind
+    partial = records(run_dir)
+    with open(pred, "a") as f:
         f.write('{"sample_id": "conv-26", "qa_in')
-    scgmem_run(*args)
+    return partial
+
+
+def test_resume_after_sigkill_loses_and_duplicates_nothing(fast_run, tmp_path):
+    run_dir = tmp_path / "killed"
+    args = [*FAST, "data.questions_per_category=2", "run.answer_batch_size=1"]
+    partial = run_until_killed(args, run_dir, lines=3)
+    assert 3 <= len(partial) < 8, "the run should have been killed part-way"
+    scgmem_run(*args, f"hydra.run.dir={run_dir}")
     recs = records(run_dir)
     assert len({(r["sample_id"], r["qa_index"]) for r in recs}) == len(recs) == 8
     assert comparable(recs) == comparable(records(fast_run))  # chunking by 1 or 8: same answers
@@ -114,21 +121,9 @@ def test_resume_after_sigkill_with_three_conversations_in_flight(tmp_path):
     assert first_three == ["conv-26", "conv-30", "conv-41"]  # the first answers were one shared batch
 
     run_dir = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "scgmem.run", *args, f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    pred = run_dir / "predictions.jsonl"
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        if pred.is_file() and pred.read_text().count("\n") >= 4:
-            break
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    partial = records(run_dir)
+    partial = run_until_killed(args, run_dir, lines=4)
     assert 4 <= len(partial) < 12, "the run should have been killed part-way"
     assert len({r["sample_id"] for r in partial}) == 3  # every conversation was in flight
-    with open(pred, "a") as f:  # what a kill in the middle of a write leaves behind
-        f.write('{"sample_id": "conv-30", "qa_in')
     scgmem_run(*args, f"hydra.run.dir={run_dir}")
     recs = records(run_dir)
     assert len({(r["sample_id"], r["qa_index"]) for r in recs}) == len(recs) == 12
