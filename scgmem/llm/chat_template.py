@@ -27,8 +27,10 @@ from dataclasses import asdict, dataclass
 
 from transformers.utils import chat_template_utils
 
-# One neutral sentence for every model (Qwen2.5's default ends with it); the upstream evaluation
-# codes send no system message to an API model, which adds none of its own.
+# One neutral sentence for every model (Qwen2.5's default ends with it). It stands where a local
+# template would otherwise insert its own: LoCoMo's code sends no system message to its API model,
+# and A-MEM's sends its own ("You must respond with a JSON object"), which protocol=amem with
+# answer_format=json passes as the conversation's system message, so this default is not added.
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 # Llama 3.2's template falls back to this date when it has no clock; LoCoMo's sessions lie in 2022-2023.
 DEFAULT_DATE = "2024-07-26"
