@@ -142,7 +142,6 @@ class SCGMem(MemoryMethod):
             min_assimilated=min_assimilated, max_keys=max_keys, max_free_keys=max_free_keys,
             max_concept_words=max_concept_words, free_max_new_tokens=free_max_new_tokens,
             prompt=ingest_prompt, answer_prefix=ingest_prefix)
-        self.counters: Counter[str] = Counter()
         self._reset()
         Evolution(llm, self.schema, counters=Counter(), **self.evolution_args)  # validate the values now
 
@@ -191,9 +190,6 @@ class SCGMem(MemoryMethod):
         self.graph.add_turn(concepts)
 
     # ------------------------------------------------------------------ recall (3.6)
-    def recall(self, question: str, *, budget_tokens: int, rng: np.random.Generator) -> Recall:
-        return self.recall_batch([question], budget_tokens=[budget_tokens], rngs=[rng])[0]
-
     def recall_batch(self, questions: list[str], *, budget_tokens: list[int],
                      rngs: list[np.random.Generator]) -> list[Recall]:
         """Seeds for all questions in one generate call; then per question propagation and context."""
@@ -213,10 +209,10 @@ class SCGMem(MemoryMethod):
             outside = [sum(k not in self.schema for k in keys) for keys in generated]  # free text: no token path
         out = []
         for q_seeds, q_keys, q_outside, budget, rng in zip(seeds, generated, outside, budget_tokens, rngs):
-            self.counters["keys_generated"] += len(q_keys)
-            self.counters["keys_outside_schema"] += q_outside
-            self.counters["recall_keys_generated"] += len(q_keys)
-            self.counters["recall_keys_outside_schema"] += q_outside
+            self.count("keys_generated", len(q_keys))
+            self.count("keys_outside_schema", q_outside)
+            self.count("recall_keys_generated", len(q_keys))
+            self.count("recall_keys_outside_schema", q_outside)
             if not q_seeds:
                 self.deviations["recall_no_seeds"] += 1
             active = propagate(self.graph, q_seeds, k=self.k, hops=self.hops, temperature=self.temperature, rng=rng)
