@@ -72,6 +72,13 @@ def _merge_usage(total: dict, part: dict) -> None:
             mine[k] = mine.get(k, 0) + v
 
 
+def check_run_settings(answer_batch_size, parallel_conversations) -> None:
+    """Raise ValueError (one line) for a bad `run.*` value; the runner calls it before loading the model."""
+    for name, value in (("answer_batch_size", answer_batch_size), ("parallel_conversations", parallel_conversations)):
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"run.{name} must be a positive int, got {value!r}")
+
+
 class Pipeline:
     """Args:
         llm, embedder, protocol: instantiated components.
@@ -88,10 +95,7 @@ class Pipeline:
                  seed: int, answer_batch_size: int = 8, answer_margin_tokens: int = 16,
                  questions_per_category: int | None = None, progress: bool = True,
                  parallel_conversations: int = 1) -> None:
-        if answer_batch_size <= 0:
-            raise ValueError(f"run.answer_batch_size must be positive, got {answer_batch_size}")
-        if not isinstance(parallel_conversations, int) or parallel_conversations <= 0:
-            raise ValueError(f"run.parallel_conversations must be a positive int, got {parallel_conversations!r}")
+        check_run_settings(answer_batch_size, parallel_conversations)
         self._llm, self.embedder, self.protocol = llm, embedder, protocol
         self.front = BatchingFront(llm)
         self.parallel_conversations = parallel_conversations

@@ -28,7 +28,7 @@ from scgmem.data.locomo import DataError, load_locomo, select
 from scgmem.llm.chat_template import ChatPolicy
 from scgmem.llm.loading import ModelFilesMissing
 from scgmem.llm.usage import UsageMeter
-from scgmem.pipeline import Pipeline
+from scgmem.pipeline import Pipeline, check_run_settings
 from scgmem.records import write_json_atomic
 from scgmem.rundir import RunDirMismatch, check_run_dir
 from scgmem.summary import build_summary
@@ -110,8 +110,10 @@ def evaluate(cfg: DictConfig) -> dict:
     if qpc is not None and (not isinstance(qpc, int) or qpc <= 0):
         raise UsageError(f"data.questions_per_category must be a positive int, got {qpc!r}")
     parallel = cfg.run.get("parallel_conversations", 1)
-    if not isinstance(parallel, int) or isinstance(parallel, bool) or parallel <= 0:
-        raise UsageError(f"run.parallel_conversations must be a positive int, got {parallel!r}")
+    try:
+        check_run_settings(cfg.run.answer_batch_size, parallel)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     check_run_dir(run_dir, cfg)
 
     protocol_node, chat = split_protocol(cfg)
