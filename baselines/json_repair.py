@@ -32,8 +32,6 @@ _FENCE_CLOSE = re.compile(r"\n?\s*```\s*$")
 # The suffixes of strategy 2, in MemGPT's order.
 _COMPLETIONS = ("}", "}}", '"}}')
 
-STRATEGIES = ("direct", "completed", "balanced")
-
 
 def strip_code_fences(text: str) -> str:
     """Remove a leading ```json (or ```) fence and a trailing ``` fence."""
@@ -82,7 +80,7 @@ def first_balanced_object(text: str) -> dict[str, Any] | None:
 def clean_json_with_strategy(text: str | None) -> tuple[dict[str, Any] | None, str | None]:
     """Parse `text` leniently; returns (object, strategy name) or (None, None).
 
-    The strategy names are those of `STRATEGIES`, so callers can count which repair was needed.
+    The strategy names are "direct", "completed" and "balanced", so callers can count which repair was needed.
     """
     if not text or not text.strip():
         return None, None

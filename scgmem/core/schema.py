@@ -183,10 +183,6 @@ class TokenTrie:
         """The token on the edge from `parent(node)` to `node`."""
         return self._token[node]
 
-    def is_key(self, node: int) -> bool:
-        """Whether an inserted key ends at `node`."""
-        return self._is_key[node]
-
     def walk(self, tokens: Sequence[int], node: int = ROOT) -> int:
         """The node reached from `node` by `tokens`, or NO_NODE."""
         for t in tokens:

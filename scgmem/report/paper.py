@@ -15,7 +15,7 @@ here and flagged wherever they are printed:
   (`scgmem.report.tables`).
 
 Relative rows are typed as printed, in percent: `improvement` in table1.csv, and
-`drop_<variant>` in table2.csv (`RELATIVE_ROWS`).
+`drop_<variant>` in table2.csv (`drop_row`).
 """
 from __future__ import annotations
 
@@ -43,9 +43,8 @@ VARIANT_TITLES = {"full": "SCG-Mem (full)", "no_constraint": "w/o Cognitive Cons
                   "no_evolution": "w/o Evolutionary Update", "no_both": "w/o both (not in the paper)"}
 FLAG_MARKS = {"": "", "derived": "†", "secondary": "‡", "mismatch": "§"}
 SECONDARY_SOURCES = ("scgmem_secondary",)
-# Printed relative rows: Table 1's "Improvement (%)" per model; Table 2's "Performance Drop" per ablation.
+# Printed relative row of Table 1 ("Improvement (%)" per model); Table 2's drops are named by `drop_row`.
 IMPROVEMENT_ROW = "improvement"
-RELATIVE_ROWS = (IMPROVEMENT_ROW, "drop_no_constraint", "drop_no_evolution")
 
 
 def drop_row(variant: str) -> str:
