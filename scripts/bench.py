@@ -17,7 +17,7 @@ Measures, side by side in one run:
   batching                 model calls and rows per call of every method over all of LoCoMo (scripted LLM),
                            conversations in turn vs 10 side by side; Table 1 H200-hours estimate
                            (scripts/bench_batching.py; its embedded A-MEM timing runs alone, see there)
-Goals (issue 6): step ratio <= 1.10, token ratio <= 0.5, sweep ratio <= 1.3, peak memory <= 4 GB,
+Goals, each printed beside its ratio: step ratio <= 1.10, token ratio <= 0.5, sweep ratio <= 1.3, peak memory <= 4 GB,
 full run <= 60 min on 2 CPU cores.
 """
 from __future__ import annotations

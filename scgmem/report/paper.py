@@ -9,7 +9,8 @@ here and flagged wherever they are printed:
   decimals in exact decimal arithmetic (the rule that reproduces all 24 averages Table 1
   prints, e.g. 11.935 -> 11.94; results/paper/README.md).
 - "secondary" (‡): a number read from a secondary summary of the SCG-Mem paper, not from the
-  paper itself (source key `scgmem_secondary`; none is used now that the paper's text is read).
+  paper itself (source key `scgmem_secondary`; results/paper reads every number from the
+  paper's text, so none carries this flag).
 - "mismatch" (§): a relative change the paper prints (Table 1's "Improvement (%)", Table 2's
   "Performance Drop") that differs from the one recomputed from the paper's own rows
   (`scgmem.report.tables`).
