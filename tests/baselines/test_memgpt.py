@@ -191,7 +191,7 @@ def test_fallback_word_is_never_a_speaker_name():
     assert longest_content_word("What did Caroline paint?", names) == "paint"
     assert longest_content_word("What is Caroline's favourite book?", names) == "favourite"
     assert longest_content_word("When did Melanie meet Caroline?", names) == "meet"
-    assert longest_content_word("What did Caroline paint?") == "Caroline"  # without names: the old pick
+    assert longest_content_word("What did Caroline paint?") == "Caroline"  # no names given: length alone decides
     # nothing but names left: the question itself (a substring search that finds nothing)
     assert longest_content_word("Who is Caroline?", names) == "Who is Caroline?"
 
