@@ -134,8 +134,7 @@ class Evolution:
         self.threshold_mode = threshold_mode
         self.keep_quantile, self.trigger_quantile = keep_quantile, trigger_quantile
         self.threshold_warmup = threshold_warmup
-        self.keep_threshold = keep_threshold
-        self.trigger_threshold = trigger_threshold
+        self.keep_threshold, self.trigger_threshold = keep_threshold, trigger_threshold
         # The model's own scores on this conversation so far (sorted), for the quantile mode.
         self.key_scores: list[float] = []
         self.turn_scores: list[float] = []
@@ -145,8 +144,7 @@ class Evolution:
         self.max_free_keys = max_free_keys
         self.max_concept_words = max_concept_words
         self.free_max_new_tokens = free_max_new_tokens
-        self.prompt = prompt
-        self.answer_prefix = answer_prefix
+        self.prompt, self.answer_prefix = prompt, answer_prefix
         self.counters = counters if counters is not None else Counter()
 
     def render(self, turn: Turn) -> str:
