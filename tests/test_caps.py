@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from scgmem.run import split_protocol
+from scgmem.harness.run import split_protocol
 
 CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
 

@@ -2,7 +2,7 @@
 turns) and averaged in summary.json."""
 from __future__ import annotations
 
-from scgmem.summary import context_length
+from scgmem.harness.summary import context_length
 from tests.test_batching import fake_pipeline
 
 

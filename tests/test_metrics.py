@@ -1,4 +1,4 @@
-"""scgmem.metrics against hand-worked values (specs/protocols.md)."""
+"""scgmem.scoring.metrics against hand-worked values (specs/protocols.md)."""
 from __future__ import annotations
 
 import json
@@ -8,10 +8,10 @@ import warnings
 import numpy as np
 import pytest
 
-from scgmem import metrics
-from scgmem.metrics import (aggregate, aggregate_by, bleu1, bleu_tokenizer_name, bootstrap_ci, category_cis,
-                            evidence_recall, f1_amem, f1_locomo, f1_locomo_multi, normalize_locomo,
-                            paired_bootstrap)
+from scgmem.scoring import metrics
+from scgmem.scoring.metrics import (aggregate, aggregate_by, bleu1, bleu_tokenizer_name, bootstrap_ci,
+                                    category_cis, evidence_recall, f1_amem, f1_locomo, f1_locomo_multi,
+                                    normalize_locomo, paired_bootstrap)
 
 CATS = {1: "multi_hop", 2: "temporal", 4: "single_hop", 5: "adversarial"}
 

@@ -1,4 +1,4 @@
-"""scgmem.protocols: prompts, references and scores of protocol=amem|locomo (specs/protocols.md)."""
+"""scgmem.scoring.protocols: prompts, references and scores of protocol=amem|locomo (specs/protocols.md)."""
 from __future__ import annotations
 
 import json
@@ -10,9 +10,9 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from scgmem import metrics
 from scgmem.data.locomo import QA
-from scgmem.protocols import NOT_MENTIONED, AmemProtocol, AnswerPrompt, LocomoProtocol
+from scgmem.scoring import metrics
+from scgmem.scoring.protocols import NOT_MENTIONED, AmemProtocol, AnswerPrompt, LocomoProtocol
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "protocol"
 CATS = {1: "multi_hop", 2: "temporal", 4: "single_hop", 5: "adversarial"}

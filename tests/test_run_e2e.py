@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from scgmem.records import REQUIRED_FIELDS
+from scgmem.harness.records import REQUIRED_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["method=last_turns", "method.k=5", "data.samples=[conv-26]", "run.progress=false"]

@@ -70,7 +70,7 @@ def report(experiment: str, args) -> dict[str, list[Path]]:
 def _log_wandb(experiment: str, made: dict[str, list[Path]], out: Path) -> None:
     import csv
 
-    from scgmem.wandb_logger import WandbLogger
+    from scgmem.harness.logger import WandbLogger
 
     rows = {}
     for path in made["tables"] + made["figures"]:

@@ -19,13 +19,13 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from scgmem.metrics import category_cis
 from scgmem.report.collect import Run, index_runs
 from scgmem.report.paper import CATEGORY_TITLES, EXTRA_TITLES, METHOD_TITLES, METRIC_TITLES, METRICS
+from scgmem.scoring.metrics import category_cis
 
 log = logging.getLogger(__name__)
 
-# The paper's optima (spec scgmem.md, "Constructive recall"), drawn as a guide.
+# The paper's optima (Figures 3 and 4; docs/methods.md, "SCG-Mem"), drawn as a guide.
 PAPER_OPTIMUM = {"k": 35, "hops": 1}
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray")
 
@@ -130,6 +130,15 @@ def _sweep_rows(data: dict, setting: str) -> list[dict]:
     return rows
 
 
+def _finish_sweep(fig: Figure, axes: list, title: str, data: dict, setting: str, stem_path: Path) -> list[Path]:
+    """Label and title a sweep figure; write it (png, pdf) and its points (csv) as `stem_path`.*."""
+    axes[0].set_ylabel("score (%)")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    return (_save(fig, stem_path.parent, stem_path.name)
+            + [_write_csv(stem_path.with_suffix(".csv"), _sweep_rows(data, setting))])
+
+
 def figure3(runs: list[Run], out_dir: str | Path, *, n_resamples: int = 1000, seed: int = 0) -> list[Path]:
     """Figure 3: F1 and BLEU-1 against k, one panel per category. Writes fig3.png/.pdf/.csv."""
     data = sweep_data(runs, "k", n_resamples=n_resamples, seed=seed)
@@ -147,12 +156,8 @@ def figure3(runs: list[Run], out_dir: str | Path, *, n_resamples: int = 1000, se
         ax.set_title(CATEGORY_TITLES.get(cat, cat))
         ax.set_xlabel("k (recalled concepts)")
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("score (%)")
-    axes[0].legend(fontsize=7)
-    fig.suptitle(f"Figure 3: SCG-Mem vs k ({', '.join(data)}); dotted: the paper's optimum k = {PAPER_OPTIMUM['k']}",
-                 fontsize=9)
-    out_dir = Path(out_dir)
-    return _save(fig, out_dir, "fig3") + [_write_csv(out_dir / "fig3.csv", _sweep_rows(data, "k"))]
+    title = f"Figure 3: SCG-Mem vs k ({', '.join(data)}); dotted: the paper's optimum k = {PAPER_OPTIMUM['k']}"
+    return _finish_sweep(fig, axes, title, data, "k", Path(out_dir) / "fig3")
 
 
 def figure4(runs: list[Run], out_dir: str | Path, *, n_resamples: int = 1000, seed: int = 0) -> list[Path]:
@@ -177,12 +182,8 @@ def figure4(runs: list[Run], out_dir: str | Path, *, n_resamples: int = 1000, se
         ax.set_title(CATEGORY_TITLES.get(cat, cat))
         ax.set_xlabel("association hops")
         ax.grid(axis="y", alpha=0.3)
-    axes[0].set_ylabel("score (%)")
-    axes[0].legend(fontsize=7)
-    fig.suptitle(f"Figure 4: SCG-Mem by hops ({', '.join(data)}); the paper's optimum: {PAPER_OPTIMUM['hops']} hop",
-                 fontsize=9)
-    out_dir = Path(out_dir)
-    return _save(fig, out_dir, "fig4") + [_write_csv(out_dir / "fig4.csv", _sweep_rows(data, "hops"))]
+    title = f"Figure 4: SCG-Mem by hops ({', '.join(data)}); the paper's optimum: {PAPER_OPTIMUM['hops']} hop"
+    return _finish_sweep(fig, axes, title, data, "hops", Path(out_dir) / "fig4")
 
 
 def cost_vs_f1(runs: list[Run], out_dir: str | Path, stem: str = "cost_vs_f1") -> list[Path]:

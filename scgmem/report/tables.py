@@ -9,11 +9,11 @@ Relative rows show the paper's printed value, flagged § where it differs from t
 recomputed from the paper's own rows. Every cell carries
 
 - ours: the run's summary value (percent);
-- a bootstrap 95% CI over the run's questions (`scgmem.metrics.category_cis`; for the
+- a bootstrap 95% CI over the run's questions (`scgmem.scoring.metrics.category_cis`; for the
   average, `average_ci`, which resamples within each category and averages the means);
 - the paper's value (results/paper/*.csv, flags in `scgmem.report.paper`) and ours - paper.
 
-Below each block, a paired bootstrap (`scgmem.metrics.paired_bootstrap`, questions matched
+Below each block, a paired bootstrap (`scgmem.scoring.metrics.paired_bootstrap`, questions matched
 by (sample_id, qa_index)): SCG-Mem against the strongest baseline of each category (Table 1)
 or the full model against each ablation (Table 2). Writers: `scgmem.report.writers`.
 """
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scgmem.metrics import bootstrap_ci, category_cis, paired_bootstrap
 from scgmem.report.collect import Run, index_runs
+from scgmem.scoring.metrics import bootstrap_ci, category_cis, paired_bootstrap
 from scgmem.report.paper import (BASELINES, EXTRA_TITLES, IMPROVEMENT_ROW, METHOD_TITLES, METRICS, PAPER_MODELS,
                                  VARIANT_TITLES, VARIANTS, PaperTable, column, drop_row)
 

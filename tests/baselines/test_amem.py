@@ -305,9 +305,9 @@ def evolving_llm(fail_on_session=None):
 
 
 def test_pipeline_resumes_an_interrupted_ingest_from_its_last_session(tmp_path):
-    from scgmem.cache import MemoryCache
-    from scgmem.pipeline import Pipeline
-    from scgmem.protocols import AmemProtocol
+    from scgmem.harness.cache import MemoryCache
+    from scgmem.harness.pipeline import Pipeline
+    from scgmem.scoring.protocols import AmemProtocol
 
     def pipeline(llm, cache_dir, run_dir):
         return Pipeline(llm=llm, embedder=BagEmbedder(), protocol=AmemProtocol(),

@@ -1,7 +1,7 @@
 """Fake run directories in the real format, for the report tests (no model is run).
 
 `write_run` writes what `scgmem-run` writes: predictions.jsonl (the records given),
-summary.json (built by the runner's own `scgmem.summary.build_summary`, so its format follows
+summary.json (built by the runner's own `scgmem.harness.summary.build_summary`, so its format follows
 the runner), .hydra/config.yaml and .hydra/overrides.yaml.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 from omegaconf import OmegaConf
 
-from scgmem.pipeline import RunState
-from scgmem.summary import build_summary
+from scgmem.harness.pipeline import RunState
+from scgmem.harness.summary import build_summary
 
 CATEGORIES = {1: "multi_hop", 2: "temporal", 4: "single_hop", 5: "adversarial"}
 

@@ -17,7 +17,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import get_class
 
-from scgmem.cli_checks import check_overrides
+from scgmem.harness.cli_checks import check_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -69,7 +69,7 @@ def test_table1_on_the_embedded_model_is_six_jobs(config_dir):
         cfg = compose_job(config_dir, job)
         assert cfg.model.name == "smollm2-135m"
         assert cfg.method._target_
-        assert cfg.protocol._target_ == "scgmem.protocols.AmemProtocol"  # the paper's protocol
+        assert cfg.protocol._target_ == "scgmem.scoring.protocols.AmemProtocol"  # the paper's protocol
         assert list(cfg.data.samples) == ["conv-26"] and cfg.data.questions_per_category == 20
 
 

@@ -5,10 +5,10 @@ import csv
 
 import pytest
 
-from scgmem.metrics import bootstrap_ci
 from scgmem.report import cli
 from scgmem.report.collect import collect
 from scgmem.report.figures import cost_data, cost_vs_f1, figure3, figure4, sweep_data
+from scgmem.scoring.metrics import bootstrap_ci
 from tests.report import rec, write_run
 
 CATS = [1, 1, 2, 2, 4, 4, 5, 5]

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from scgmem.metrics import bootstrap_ci, paired_bootstrap
 from scgmem.report import cli
 from scgmem.report.collect import NoRunsError, collect, load_run, newest_sweep
 from scgmem.report.paper import PaperTable
 from scgmem.report.tables import average_ci, build_table1, build_table2
 from scgmem.report.writers import to_latex, to_markdown, write_table
+from scgmem.scoring.metrics import bootstrap_ci, paired_bootstrap
 from tests.report import rec, write_run
 
 ROOT = Path(__file__).resolve().parents[2]

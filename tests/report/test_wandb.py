@@ -10,7 +10,7 @@ from hydra.utils import instantiate
 from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
-from scgmem.wandb_logger import WandbLogger, flat_metrics, prediction_rows, resolve_mode
+from scgmem.harness.logger import WandbLogger, flat_metrics, prediction_rows, resolve_mode
 from tests.report import rec, write_run
 
 ROOT = Path(__file__).resolve().parents[2]

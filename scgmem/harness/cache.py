@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 
 from scgmem.data.locomo import Conversation
-from scgmem.records import write_json_atomic
+from scgmem.harness.records import write_json_atomic
 
 log = logging.getLogger(__name__)
 

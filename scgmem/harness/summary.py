@@ -4,9 +4,9 @@ from __future__ import annotations
 import platform
 from importlib import metadata
 
-from scgmem.answer_format import unparsed_count
-from scgmem.metrics import aggregate
-from scgmem.pipeline import RunState
+from scgmem.harness.pipeline import RunState
+from scgmem.scoring.answer_format import unparsed_count
+from scgmem.scoring.metrics import aggregate
 
 
 def _versions() -> dict:

@@ -1,7 +1,8 @@
-"""`logger=wandb`: track runs in Weights & Biases (the default `logger=none` tracks nothing).
+"""Experiment tracking: `logger=none` (default, `NullLogger`) tracks nothing; `logger=wandb`
+(`WandbLogger`) tracks runs in Weights & Biases.
 
-Same surface as `scgmem.tracking.NullLogger`: the runner calls `log_run(config, summary,
-run_dir)` once, after summary.json is written. One wandb run per scgmem run, holding
+Both have one method: the runner calls `log_run(config, summary, run_dir)` once, after
+summary.json is written. `WandbLogger` makes one wandb run per scgmem run, holding
 
 - the resolved config (wandb's config panel; `run_dir` added),
 - the per-category metrics (`<category>/f1`, `<category>/bleu1`, `<category>/evidence_recall`,
@@ -77,6 +78,13 @@ def prediction_rows(run_dir: Path) -> tuple[list[str], list[list]]:
         if path.is_file() else []
     columns = [c for c in TABLE_COLUMNS if any(c in r for r in records)]
     return columns, [[_cell(r.get(c)) for c in columns] for r in records]
+
+
+class NullLogger:
+    """Tracks nothing; the run's files are the record."""
+
+    def log_run(self, config: dict, summary: dict, run_dir: Path) -> None:
+        return None
 
 
 class WandbLogger:

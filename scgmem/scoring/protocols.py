@@ -21,7 +21,7 @@ Options shared by both (docs/scoring.md):
   prompt, the reply primed with '{"answer": "'; the `answer` field is extracted, and a reply
   that does not parse falls back to its text and is counted). Default: json for amem, text
   for locomo, each matching its upstream code.
-- `bertscore`: BERTScore F1 per answer (scgmem.bertscore), with the protocol's peer settings.
+- `bertscore`: BERTScore F1 per answer (scgmem.scoring.bertscore), with the protocol's peer settings.
 
 Example::
 
@@ -41,11 +41,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from scgmem import metrics
-from scgmem.answer_format import (ANSWER_FORMATS, JSON_PREFIX, JSON_SCHEMA_LINE, JSON_SYSTEM, answer_format_note,
-                                  extract_json_answer)
-from scgmem.bertscore import PEER_MODEL, BertScorer
 from scgmem.data.locomo import OFFICIAL_CATEGORIES, QA
+from scgmem.scoring import metrics
+from scgmem.scoring.answer_format import (ANSWER_FORMATS, JSON_PREFIX, JSON_SCHEMA_LINE, JSON_SYSTEM,
+                                          answer_format_note, extract_json_answer)
+from scgmem.scoring.bertscore import PEER_MODEL, BertScorer
 
 # The paper's scored columns: the official numbers without category 3 (open domain).
 DEFAULT_CATEGORIES = {c: n for c, n in OFFICIAL_CATEGORIES.items() if c != 3}

@@ -11,7 +11,7 @@ Two families, one shared normaliser each:
 
 Beyond both: `evidence_recall` per question, `aggregate` (per-category means, the paper's
 unweighted "Average" and LoCoMo's question-weighted "Overall"), and `bootstrap_ci` /
-`paired_bootstrap` for uncertainty. BERTScore, optional, is in `scgmem.bertscore`.
+`paired_bootstrap` for uncertainty. BERTScore, optional, is in `scgmem.scoring.bertscore`.
 
 Per-question scores are in 0..1; `aggregate` reports F1 and BLEU-1 in percent, as the
 paper does. Any change to a number produced here bumps `METRICS_VERSION`, which every

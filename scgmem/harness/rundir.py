@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from scgmem.records import write_json_atomic
+from scgmem.harness.records import write_json_atomic
 
 # Settings that never change a prediction, so a resumed run may differ in them.
 IGNORED = {("run", "progress"), ("run", "cache_dir"), ("run", "use_memory_cache"), ("logger",)}

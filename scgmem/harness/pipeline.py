@@ -29,12 +29,12 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from scgmem.cache import MemoryCache, memory_key
 from scgmem.data.locomo import Conversation, scored_questions
+from scgmem.harness.cache import MemoryCache, memory_key
+from scgmem.harness.records import PredictionWriter, read_predictions, write_json_atomic
 from scgmem.llm.scheduler import BatchingFront
 from scgmem.memory import MemoryMethod
-from scgmem.metrics import evidence_recall
-from scgmem.records import PredictionWriter, read_predictions, write_json_atomic
+from scgmem.scoring.metrics import evidence_recall
 
 log = logging.getLogger(__name__)
 

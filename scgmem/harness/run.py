@@ -1,0 +1,185 @@
+"""`scgmem-run`: the Hydra app (same as `python -m scgmem.run`).
+
+    scgmem-run                                   # SCG-Mem, SmolLM2-135M, all of LoCoMo
+    scgmem-run method=full_context data.samples=[conv-26] data.questions_per_category=2
+    scgmem-run -m method.k=5,10,20 hops=...      # sweeps (memory is built once and cached)
+
+Bad input (data, overrides, missing model files) exits with code 2 and one line on stderr
+naming the file/field/value and the fix; HYDRA_FULL_ERROR=1 or SCGMEM_DEBUG=1 shows the traceback.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from scgmem.data.locomo import DataError, load_locomo, select
+from scgmem.harness.cache import MemoryCache
+from scgmem.harness.pipeline import Pipeline, check_run_settings
+from scgmem.harness.records import write_json_atomic
+from scgmem.harness.rundir import RunDirMismatch, check_run_dir
+from scgmem.harness.summary import build_summary
+from scgmem.llm.chat_template import ChatPolicy
+from scgmem.llm.loading import ModelFilesMissing
+from scgmem.llm.usage import UsageMeter
+
+log = logging.getLogger("scgmem.run")
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+USER_ERRORS = (DataError, ModelFilesMissing, RunDirMismatch, ValueError, TypeError)
+
+
+class UsageError(ValueError):
+    """A bad override or config value; str(e) is the one line shown to the user."""
+
+
+def _debug() -> bool:
+    return os.environ.get("HYDRA_FULL_ERROR") == "1" or os.environ.get("SCGMEM_DEBUG") == "1"
+
+
+def _fail(message: str, run_dir: Path | None = None, fresh: bool = False) -> None:
+    """Print one line and exit 2; remove the run dir if this run created it and wrote nothing else."""
+    if run_dir is not None and fresh:
+        for name in (".hydra", "run.log", "run.json"):
+            target = run_dir / name
+            if target.is_dir():
+                shutil.rmtree(target, ignore_errors=True)
+            elif target.exists():
+                target.unlink()
+        try:
+            run_dir.rmdir()
+        except OSError:
+            pass
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _instantiate(node, what: str, **kwargs):
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as e:
+        cause = e.__cause__ or e
+        if _debug() or not isinstance(cause, USER_ERRORS):
+            raise
+        raise UsageError(f"{what}: {cause}") from None
+
+
+# Models loaded by earlier jobs of this process: a Hydra multirun (basic launcher) runs its
+# jobs one after another in one process, and a k-sweep should not reload the same weights.
+_LOADED: dict[str, tuple[str, object]] = {}
+
+
+def _shared(slot: str, node, what: str):
+    key = json.dumps(OmegaConf.to_container(node, resolve=True), sort_keys=True)
+    if _LOADED.get(slot, (None,))[0] != key:  # keep one model and one embedder at most
+        _LOADED[slot] = (key, _instantiate(node, what))
+    return _LOADED[slot][1]
+
+
+def split_protocol(cfg: DictConfig) -> tuple[DictConfig, dict]:
+    """The protocol node without `chat`, and `chat`: the chat policy (system message, date) every
+    prompt of the job is rendered with. Resolved first: protocol values may read the model config
+    (e.g. model.caps.amem_answer_tokens)."""
+    node = OmegaConf.to_container(cfg.protocol, resolve=True)
+    chat = node.pop("chat", None) or {}
+    return OmegaConf.create(node), chat
+
+
+def evaluate(cfg: DictConfig) -> dict:
+    """Run one configuration end to end; returns the summary (also written to summary.json)."""
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    choices = HydraConfig.get().runtime.choices
+    conversations, load_report = load_locomo(cfg.data.path)
+    conversations = select(conversations, cfg.data.samples, cfg.data.max_sessions, source=str(cfg.data.path))
+    names = {int(k): str(v) for k, v in cfg.data.categories.items()}
+    unknown = [c for c in cfg.data.scored_categories if int(c) not in names]
+    if unknown:
+        raise UsageError(f"data.scored_categories: {unknown} not in data.categories {sorted(names)}")
+    categories = {int(c): names[int(c)] for c in cfg.data.scored_categories}
+    qpc = cfg.data.questions_per_category
+    if qpc is not None and (not isinstance(qpc, int) or qpc <= 0):
+        raise UsageError(f"data.questions_per_category must be a positive int, got {qpc!r}")
+    parallel = cfg.run.get("parallel_conversations", 1)
+    try:
+        check_run_settings(cfg.run.answer_batch_size, parallel)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    check_run_dir(run_dir, cfg)
+
+    protocol_node, chat = split_protocol(cfg)
+    protocol = _instantiate(protocol_node, "protocol", categories=categories)
+    start = time.perf_counter()
+    llm = _shared("model", cfg.model, f"model={choices.get('model')}")
+    llm.usage = UsageMeter()  # counts of this job only
+    try:
+        llm.set_chat_policy(ChatPolicy(**chat))
+    except TypeError as e:
+        raise UsageError(f"protocol.chat: {e}") from None
+    load_s = time.perf_counter() - start
+    embedder = _shared("embedder", cfg.embedder, f"embedder={choices.get('embedder')}")
+    method_name = choices.get("method") or "method"
+    _instantiate(cfg.method, f"method={method_name}", llm=llm, embedder=embedder)  # fail fast on bad values
+    pipeline = Pipeline(
+        llm=llm, embedder=embedder, protocol=protocol,
+        method_factory=lambda conversation_llm: instantiate(cfg.method, llm=conversation_llm, embedder=embedder),
+        run_dir=run_dir, cache=MemoryCache(Path(cfg.run.cache_dir), cfg.run.use_memory_cache), seed=cfg.seed,
+        answer_batch_size=cfg.run.answer_batch_size, answer_margin_tokens=cfg.run.answer_margin_tokens,
+        questions_per_category=qpc, progress=cfg.run.progress,
+        parallel_conversations=parallel,
+    )
+    records = pipeline.run(conversations)
+    summary = build_summary(
+        records=records, state=pipeline.state, method_name=method_name, model_name=llm.name, protocol=protocol,
+        categories=categories, seed=cfg.seed,
+        data_info={"path": str(cfg.data.path), "samples": [c.sample_id for c in conversations],
+                   "max_sessions": cfg.data.max_sessions, "questions_per_category": qpc,
+                   "load_report": load_report.as_dict()},
+        llm_usage=llm.usage.snapshot(), config=OmegaConf.to_container(cfg, resolve=True),
+    )
+    summary["timing"]["model_load_s"] = round(load_s, 3)
+    summary["generation"] = llm.generation_report()  # effective decoding settings per call kind, chat template
+    summary["outputs_cut_at_cap"] = sum(int(c.get("cut_at_cap", 0)) for c in summary["tokens"].values())
+    write_json_atomic(run_dir / "summary.json", summary)
+    logger = instantiate(cfg.logger)
+    logger.log_run(OmegaConf.to_container(cfg, resolve=True), summary, run_dir)
+    avg = summary["average"]
+    log.info("%s on %s: %d questions, average F1 %.2f BLEU-1 %.2f -> %s", method_name, llm.name,
+             summary["n_questions"], avg["f1"] or 0.0, avg["bleu1"] or 0.0, run_dir / "summary.json")
+    return summary
+
+
+@hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
+def task(cfg: DictConfig):
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    fresh = not (run_dir / "predictions.jsonl").exists()
+    try:
+        summary = evaluate(cfg)
+    except (UsageError, DataError, ModelFilesMissing, RunDirMismatch) as e:
+        if _debug():
+            raise
+        _fail(str(e), run_dir, fresh and not (run_dir / "predictions.jsonl").exists())
+    return summary["average"]["f1"]
+
+
+def main() -> None:
+    from scgmem.harness.cli_checks import check_overrides
+
+    problem = check_overrides(sys.argv[1:], CONFIG_DIR)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
+    task()
+
+
+if __name__ == "__main__":
+    main()
