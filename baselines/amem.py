@@ -46,8 +46,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from baselines import amem_prompts as P
+from scgmem.api import Conversation, MemoryMethod, Recall, Turn, truncate_to_tokens
 from scgmem.embedder import cosine_top_k
-from scgmem.memory import Conversation, MemoryMethod, Recall, Turn, truncate_to_tokens
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scgmem.memory import Conversation, MemoryMethod, Recall, render_turn
+from scgmem.api import Conversation, MemoryMethod, Recall, render_turn
 
 
 class FullContext(MemoryMethod):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from scgmem.memory import Turn
+from scgmem.api import Turn
 
 LOCOMO_DATE_FORMAT = "%I:%M %p on %d %B, %Y"  # "1:56 pm on 8 May, 2023"
 

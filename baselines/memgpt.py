@@ -44,7 +44,7 @@ from baselines.memgpt_functions import (SEARCH_FUNCTIONS, ArchivalStorage, CoreM
 from baselines.memgpt_prompts import (FAILED_HEARTBEAT, HUMAN, PERSONA, PREFIX, PROMPT_VERSION, REQ_HEARTBEAT, ROLE,
                                       SESSION_END, SUMMARY_SYSTEM, SYSTEM_PROMPT, USER_MESSAGES, WARNING,
                                       longest_content_word, parse_call, turn_line)
-from scgmem.memory import Conversation, MemoryMethod, Recall
+from scgmem.api import Conversation, MemoryMethod, Recall
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from baselines.memgpt_functions import ArchivalStorage, CoreMemory, ToolResult
-from scgmem.memory import truncate_to_tokens
+from scgmem.api import truncate_to_tokens
 
 
 @dataclass

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from baselines.json_repair import clean_json
-from scgmem.memory import Turn
+from scgmem.api import Turn
 
 PROMPT_VERSION = "memgpt-1"  # bump when a prompt changes: it is part of the cache key
 PREFIX = '{"function": '  # chatml.py's assistant_prefix_extra, compacted

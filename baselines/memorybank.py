@@ -60,7 +60,7 @@ from baselines.memorybank_prompts import (EVENT_PROMPT, OVERALL_EVENT_ENTRY, OVE
                                           OVERALL_PERSONALITY_ENTRY, OVERALL_PERSONALITY_PROMPT, PERSONALITY_PROMPT,
                                           SYSTEM_PROMPT)
 from baselines.memorybank_units import merge_neighbours, pair_turns, settings_deviations
-from scgmem.memory import Conversation, MemoryMethod, Recall, dia_order
+from scgmem.api import Conversation, MemoryMethod, Recall, dia_order
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 and where our settings depart from the authors' code (docs/methods.md, section MemoryBank)."""
 from __future__ import annotations
 
-from scgmem.memory import Session
+from scgmem.api import Session
 
 def pair_turns(session: Session) -> list[list]:
     """Consecutive turns by different speakers form a pair; a leftover turn stays alone ([M2])."""

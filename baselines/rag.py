@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from scgmem.api import Conversation, MemoryMethod, Recall, dia_order, render_turn, render_turns_by_date
 from scgmem.embedder import cosine_top_k
-from scgmem.memory import Conversation, MemoryMethod, Recall, dia_order, render_turn, render_turns_by_date
 
 
 class DenseRAG(MemoryMethod):

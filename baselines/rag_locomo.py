@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from scgmem.api import Conversation, MemoryMethod, Recall
 from scgmem.embedder import cosine_top_k
-from scgmem.memory import Conversation, MemoryMethod, Recall
 
 UNITS = ("dialog", "observation", "summary")
 DIA_ID = re.compile(r"^D\d+:\d+$")

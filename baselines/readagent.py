@@ -52,8 +52,8 @@ from baselines.readagent_pagination import count_words, paginate
 from baselines.readagent_prompts import (GIST_PROMPT, LOOKUP_EXAMPLES, LOOKUP_PROMPT, PROMPT_VERSION,
                                          SEQUENTIAL_PROMPT, parse_break_point, parse_lookup_brackets,
                                          parse_lookup_lenient, parse_sequential)
+from scgmem.api import Conversation, MemoryMethod, Recall, dia_order
 from scgmem.embedder import cosine_top_k
-from scgmem.memory import Conversation, MemoryMethod, Recall, dia_order
 
 log = logging.getLogger(__name__)
 

@@ -165,9 +165,9 @@ def bench_constrained_step(llm) -> dict:
 def bench_prefix_cache(llm) -> dict:
     """Answer prompts that share one long context (full context's case: every question of a
     conversation behind the same transcript), with the prefix cache off and on."""
+    from scgmem.api import render_turns_by_date
     from scgmem.data.locomo import load_locomo, select
     from scgmem.llm.prefix_cache import PrefixCache
-    from scgmem.memory import render_turns_by_date
 
     convs, _ = load_locomo(ROOT / "data" / "locomo10.json")
     conv = select(convs, ["conv-26"], max_sessions=1 if QUICK else 4)[0]

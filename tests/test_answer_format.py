@@ -8,7 +8,7 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from scgmem.data.locomo import QA
+from scgmem.api import QA
 from scgmem.scoring.answer_format import JSON_PREFIX, JSON_SYSTEM, extract_json_answer, parse_json_answer, unparsed_count
 from scgmem.scoring.protocols import AmemProtocol, LocomoProtocol
 from tests.test_protocols import CATS, protocol_node, qa

@@ -10,7 +10,7 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from scgmem.data.locomo import QA
+from scgmem.api import QA
 from scgmem.scoring import metrics
 from scgmem.scoring.protocols import NOT_MENTIONED, AmemProtocol, AnswerPrompt, LocomoProtocol
 

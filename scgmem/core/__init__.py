@@ -6,7 +6,7 @@
 - `evolution` 3.4      assimilation (Eq. 7) and accommodation (Eq. 8-9)
 - `graph`     3.5      the associative graph (Eq. 10)
 - `recall`    3.6      activation, propagation (Eq. 12-13), context reconstruction
-- `method`             `SCGMem`, the harness interface (scgmem.memory.MemoryMethod)
+- `method`             `SCGMem`, the harness interface (scgmem.api.MemoryMethod)
 
 The core knows nothing about LoCoMo's file format or scoring; it sees turns and questions.
 """

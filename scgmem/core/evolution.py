@@ -51,11 +51,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from scgmem.api import Turn, render_turn
 from scgmem.core.concepts import grounding_words, normalise, parse_list, rejection, surface
 from scgmem.core.decoding import generate_keys
 from scgmem.core.schema import CognitiveSchema
-from scgmem.data.locomo import Turn
-from scgmem.memory import render_turn
 
 log = logging.getLogger(__name__)
 

@@ -24,13 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from scgmem.api import Conversation, MemoryMethod, Recall, Turn, render_turn
 from scgmem.core.evolution import ANSWER_PREFIX, CONCEPT_PROMPT, Evolution
 from scgmem.core.graph import AssociativeGraph
 from scgmem.core.recall import (FREE_RECALL_PREFIX, FREE_RECALL_PROMPT, RECALL_PREFIX, RECALL_PROMPT,
                                 constrained_seeds, free_seeds, propagate, rank_turns, reconstruct_context)
 from scgmem.core.schema import CognitiveSchema
-from scgmem.data.locomo import Conversation, Turn
-from scgmem.memory import MemoryMethod, Recall, render_turn
 
 log = logging.getLogger(__name__)
 

@@ -23,13 +23,12 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from scgmem.api import Turn, dia_order, render_turn, render_turns_by_date
 from scgmem.core.concepts import normalise, parse_list
 from scgmem.core.decoding import constrained_beam_search
 from scgmem.core.graph import AssociativeGraph
 from scgmem.core.schema import CognitiveSchema
-from scgmem.data.locomo import Turn
 from scgmem.embedder import cosine_top_k
-from scgmem.memory import dia_order, render_turn, render_turns_by_date
 
 # Worded like the ingestion prompt (evolution.CONCEPT_PROMPT), so that a question meets
 # its concepts in the register they were written in.

@@ -1,4 +1,4 @@
-"""LoCoMo: typed objects and a validating loader for locomo10.json.
+"""LoCoMo: a validating loader for locomo10.json, building the types of scgmem/api/types.py.
 
 The file is a list of samples. Each sample has `sample_id`, `conversation` (speaker_a,
 speaker_b, session_<n> turn lists and session_<n>_date_time strings) and `qa`. Real-file
@@ -13,9 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Official LoCoMo category numbers (the paper's column names follow them). Some
-# harnesses (mem0 and copies) use another mapping; it is a config value (data.categories).
-OFFICIAL_CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop", 5: "adversarial"}
+from scgmem.api.types import OFFICIAL_CATEGORIES, QA, Conversation, Session, Turn
 
 _DIA_ID = re.compile(r"^D(\d+):(\d+)$")
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
@@ -23,51 +21,6 @@ _SESSION_KEY = re.compile(r"^session_(\d+)$")
 
 class DataError(ValueError):
     """A structural problem in the dataset file; str(e) is the one-line message for the user."""
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One dialogue turn d(t)."""
-
-    dia_id: str  # "D<session>:<turn>"
-    speaker: str
-    text: str
-    session: int  # session number (1-based, as in the file)
-    date_time: str  # the session's date string, e.g. "1:56 pm on 8 May, 2023"
-    caption: str | None = None  # blip_caption of a shared image
-
-
-@dataclass(frozen=True)
-class Session:
-    index: int
-    date_time: str
-    turns: tuple[Turn, ...]
-
-
-@dataclass(frozen=True)
-class QA:
-    """One question. `index` is its position in the sample's `qa` list (the stable id)."""
-
-    sample_id: str
-    index: int
-    question: str
-    category: int
-    answer: str | None  # cast to str (some are integers); None for most category-5 items
-    adversarial_answer: str | None
-    evidence: tuple[str, ...]  # well-formed dia_ids only
-
-
-@dataclass(frozen=True)
-class Conversation:
-    sample_id: str
-    speaker_a: str
-    speaker_b: str
-    sessions: tuple[Session, ...]
-    qa: tuple[QA, ...]
-
-    @property
-    def turns(self) -> list[Turn]:
-        return [t for s in self.sessions for t in s.turns]
 
 
 @dataclass

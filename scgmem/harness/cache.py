@@ -13,7 +13,7 @@ import json
 import logging
 from pathlib import Path
 
-from scgmem.data.locomo import Conversation
+from scgmem.api import Conversation
 from scgmem.harness.records import write_json_atomic
 
 log = logging.getLogger(__name__)

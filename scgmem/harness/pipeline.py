@@ -29,11 +29,11 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from scgmem.data.locomo import Conversation, scored_questions
+from scgmem.api import Conversation, MemoryMethod
+from scgmem.data.locomo import scored_questions
 from scgmem.harness.cache import MemoryCache, memory_key
 from scgmem.harness.records import PredictionWriter, read_predictions, write_json_atomic
 from scgmem.llm.scheduler import BatchingFront
-from scgmem.memory import MemoryMethod
 from scgmem.scoring.metrics import evidence_recall
 
 log = logging.getLogger(__name__)

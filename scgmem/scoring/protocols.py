@@ -41,7 +41,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from scgmem.data.locomo import OFFICIAL_CATEGORIES, QA
+from scgmem.api import OFFICIAL_CATEGORIES, QA
 from scgmem.scoring import metrics
 from scgmem.scoring.answer_format import (ANSWER_FORMATS, JSON_PREFIX, JSON_SCHEMA_LINE, JSON_SYSTEM,
                                           answer_format_note, extract_json_answer)

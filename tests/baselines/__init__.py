@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from scgmem.data.locomo import Conversation, Session, Turn
+from scgmem.api import Conversation, Session, Turn
 from scgmem.llm.fake import ScriptedLLM
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from baselines import amem_prompts as P
 from baselines.amem import AMem, note_content
-from scgmem.data.locomo import Conversation, Turn
+from scgmem.api import Conversation, Turn
 from scgmem.llm.fake import ScriptedLLM
 from tests.baselines import CONV, BagEmbedder, conversation, measured_ingest
 

@@ -8,7 +8,7 @@ import pytest
 
 from baselines.memgpt import (FAILED_HEARTBEAT, PREFIX, REQ_HEARTBEAT, SESSION_END, AgentState, MemGPT,
                               longest_content_word, parse_call)
-from scgmem.data.locomo import Conversation
+from scgmem.api import Conversation
 from scgmem.llm.fake import ScriptedLLM
 from tests.baselines import CONV, BagEmbedder, conversation, measured_ingest
 

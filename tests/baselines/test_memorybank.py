@@ -15,7 +15,8 @@ from baselines.memorybank import MemoryBank
 from baselines.memorybank_forgetting import ForgettingCurve
 from baselines.memorybank_survival import survival
 from baselines.memorybank_units import pair_turns
-from scgmem.data.locomo import Conversation, Session, Turn, load_locomo
+from scgmem.api import Conversation, Session, Turn
+from scgmem.data.locomo import load_locomo
 from scgmem.llm.fake import ScriptedLLM
 from tests.baselines import CountingLLM
 

@@ -12,7 +12,8 @@ import pytest
 
 from baselines.readagent import ReadAgent
 from baselines.readagent_prompts import parse_break_point, parse_lookup_brackets, parse_lookup_lenient, parse_sequential
-from scgmem.data.locomo import Conversation, Session, Turn, load_locomo
+from scgmem.api import Conversation, Session, Turn
+from scgmem.data.locomo import load_locomo
 from scgmem.llm.fake import ScriptedLLM
 from tests.baselines import CountingLLM
 

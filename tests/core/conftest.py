@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scgmem.data.locomo import Conversation, Session, Turn
+from scgmem.api import Conversation, Session, Turn
 from scgmem.llm.backend import Generation
 
 

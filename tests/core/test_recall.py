@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from scgmem.api import Turn
 from scgmem.core.graph import AssociativeGraph
 from scgmem.core.recall import propagate, rank_turns, reconstruct_context
-from scgmem.data.locomo import Turn
 
 
 def star_graph():

@@ -35,11 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-# The data types are re-exported so that methods import them from their contract, not from the loader.
-from scgmem.data.locomo import Conversation, Session, Turn
-
-__all__ = ["Conversation", "Session", "Turn", "Recall", "MemoryMethod", "render_turn", "render_turns_by_date",
-           "dia_order", "truncate_to_tokens"]
+from scgmem.api.types import Conversation, Turn
 
 
 @dataclass

@@ -1,0 +1,13 @@
+"""The contract between the harness and every memory method (SCG-Mem and the baselines).
+
+- `types`   the data: `Conversation` of `Session`s of `Turn`s, its questions (`QA`), `OFFICIAL_CATEGORIES`
+- `method`  `MemoryMethod` (ingest, recall_batch), `Recall`, and the helpers that render turns as memory text
+
+Methods import from here only; the LoCoMo loader (scgmem.data) builds the types, the harness
+(scgmem.harness) drives the methods.
+"""
+from scgmem.api.method import MemoryMethod, Recall, dia_order, render_turn, render_turns_by_date, truncate_to_tokens
+from scgmem.api.types import OFFICIAL_CATEGORIES, QA, Conversation, Session, Turn
+
+__all__ = ["OFFICIAL_CATEGORIES", "QA", "Conversation", "Session", "Turn", "MemoryMethod", "Recall", "dia_order",
+           "render_turn", "render_turns_by_date", "truncate_to_tokens"]

@@ -1,0 +1,48 @@
+"""The layout's seams: methods (scgmem/core, baselines) stand on the contract package scgmem.api
+and never reach into the loader or the runner, so a method can be read, tested and reused
+without LoCoMo's file format or the harness."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+METHOD_DIRS = ("scgmem/core", "baselines")
+# What a method may not import: the dataset loader, the runner and scoring, the report.
+FORBIDDEN = ("scgmem.data", "scgmem.harness", "scgmem.scoring", "scgmem.report", "scgmem.run")
+
+
+def imported_modules(source: str) -> list[tuple[int, str]]:
+    """(line, module) of every import in `source`, function-local ones included."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+            # `from scgmem import data` names the package in the alias
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def forbidden_imports(path: Path) -> list[str]:
+    bad_lines = {line: module for line, module in reversed(imported_modules(path.read_text(encoding="utf-8")))
+                 if any(module == bad or module.startswith(bad + ".") for bad in FORBIDDEN)}
+    return [f"{path.relative_to(ROOT)}:{line} imports {module}" for line, module in sorted(bad_lines.items())]
+
+
+def test_the_walker_sees_every_import_form():
+    source = ("import scgmem.data.locomo\nfrom scgmem.data.locomo import load_locomo\nfrom scgmem import data\n"
+              "def f():\n    from scgmem.harness.run import main\n")
+    modules = {module for _, module in imported_modules(source)}
+    assert {"scgmem.data.locomo", "scgmem.data", "scgmem.harness.run"} <= modules
+
+
+@pytest.mark.parametrize("folder", METHOD_DIRS)
+def test_methods_import_neither_the_loader_nor_the_harness(folder):
+    files = sorted((ROOT / folder).rglob("*.py"))
+    assert files, f"no Python files under {folder}"
+    problems = [p for f in files for p in forbidden_imports(f)]
+    assert not problems, "\n".join(problems)
