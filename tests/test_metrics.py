@@ -1,4 +1,4 @@
-"""scgmem.scoring.metrics against hand-worked values (specs/protocols.md)."""
+"""scgmem.scoring.metrics against hand-worked values (docs/scoring.md)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from scgmem.scoring import metrics
-from scgmem.scoring.metrics import (aggregate, aggregate_by, bleu1, bleu_tokenizer_name, bootstrap_ci,
+from scgmem.scoring.metrics import (aggregate, bleu1, bleu_tokenizer_name, bootstrap_ci,
                                     category_cis, evidence_recall, f1_amem, f1_locomo, f1_locomo_multi,
                                     normalize_locomo, paired_bootstrap)
 
@@ -185,14 +185,6 @@ def test_aggregate_other_mapping():
     mem0 = {1: "single_hop", 2: "temporal", 3: "multi_hop", 4: "open_domain"}
     out = aggregate([_rec(3, 0.5)], mem0)
     assert out["categories"]["multi_hop"]["f1"] == pytest.approx(50.0)
-
-
-def test_aggregate_by_conversation():
-    records = [_rec(1, 1.0, sid="a"), _rec(1, 0.0, sid="b"), _rec(4, 0.5, sid="a")]
-    out = aggregate_by(records, CATS)
-    assert list(out) == ["a", "b"]
-    assert out["a"]["average"]["f1"] == pytest.approx(75.0)
-    assert out["b"]["average"]["f1"] == pytest.approx(0.0)
 
 
 # -- bootstrap -----------------------------------------------------------------------------

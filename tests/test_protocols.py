@@ -1,4 +1,4 @@
-"""scgmem.scoring.protocols: prompts, references and scores of protocol=amem|locomo (specs/protocols.md)."""
+"""scgmem.scoring.protocols: prompts, references and scores of protocol=amem|locomo (docs/scoring.md)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Answer metrics for LoCoMo QA, as pure functions (specs/protocols.md; paper Section 4, Table 1).
+"""Answer metrics for LoCoMo QA, as pure functions (docs/scoring.md; paper Section 4, Table 1).
 
 Two families, one shared normaliser each:
 
@@ -226,15 +226,6 @@ def aggregate(records: Iterable[Mapping], categories: Mapping[int, str]) -> dict
         out["average"][key] = _mean_or_none([c[key] for c in scored if c[key] is not None])
         out["overall_weighted"][key] = percent(every, key)
     return out
-
-
-def aggregate_by(records: Iterable[Mapping], categories: Mapping[int, str], key: str = "sample_id") -> dict:
-    """`aggregate` per value of `key` (default: per conversation), for the spread across
-    conversations. Returns {value: aggregate(...)} in first-seen order."""
-    groups: dict = {}
-    for r in records:
-        groups.setdefault(r[key], []).append(r)
-    return {k: aggregate(rows, categories) for k, rows in groups.items()}
 
 
 def _bootstrap_means(values: np.ndarray, n_resamples: int, rng: np.random.Generator) -> np.ndarray:

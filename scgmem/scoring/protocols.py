@@ -1,4 +1,4 @@
-"""Answer and scoring protocols, selected by `protocol=amem|locomo` (specs/protocols.md).
+"""Answer and scoring protocols, selected by `protocol=amem|locomo` (docs/scoring.md).
 
 A protocol turns (question, memory context) into the answer prompt, names the reference
 the answer is scored against, and scores it. The field scores LoCoMo two ways:
