@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from scgmem.harness.records import REQUIRED_FIELDS
-
 ROOT = Path(__file__).resolve().parents[1]
+# The fields every predictions.jsonl line carries (the output contract).
+REQUIRED_FIELDS = ("sample_id", "qa_index", "category", "question", "reference", "prediction", "f1", "bleu1",
+                   "evidence", "retrieved", "evidence_recall", "latency_s", "prompt_tokens")
 FAST = ["method=last_turns", "method.k=5", "data.samples=[conv-26]", "run.progress=false"]
 
 
@@ -42,7 +43,7 @@ def fast_run(tmp_path_factory):
     return run_dir
 
 
-def test_output_contract(fast_run):
+def test_output_contract(fast_run, locomo_path):
     recs = records(fast_run)
     assert len(recs) == 8
     for r in recs:
@@ -63,6 +64,10 @@ def test_output_contract(fast_run):
     assert summary["model"] == "smollm2-135m" and summary["protocol"] == "amem"
     assert summary["structural_hallucination_rate"] is None
     assert summary["tokens"]["answer"]["calls"] == 8
+    conv26 = next(x for x in json.loads(locomo_path.read_text()) if x["sample_id"] == "conv-26")
+    conv26_turns = sum(len(v) for v in conv26["conversation"].values() if isinstance(v, list))  # session_<n> lists
+    assert summary["data"]["ingested_turns"] == {"conv-26": conv26_turns}
+    assert summary["data"]["ingested_turns_total"] == conv26_turns
     assert (fast_run / ".hydra" / "config.yaml").is_file()
 
 

@@ -12,9 +12,6 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-REQUIRED_FIELDS = ("sample_id", "qa_index", "category", "question", "reference", "prediction", "f1", "bleu1",
-                   "evidence", "retrieved", "evidence_recall", "latency_s", "prompt_tokens")
-
 
 def read_predictions(path: Path) -> list[dict]:
     """Complete records of `path` (empty if absent); a partial last line is cut off the file."""
