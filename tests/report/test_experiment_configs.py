@@ -24,36 +24,18 @@ CONFIGS = ROOT / "configs"
 PAPER_MODELS = ["qwen2.5-1.5b", "qwen2.5-3b", "llama3.2-1b", "llama3.2-3b"]
 TABLE1_METHODS = ["full_context", "readagent", "memorybank", "memgpt", "amem", "scgmem"]
 SLICE = ["data.samples=[conv-26]", "data.questions_per_category=20"]
-# A compose-only stand-in for a method config another issue has not landed yet (never instantiated).
-STAND_IN = "_target_: builtins.dict\nk: 35\nhops: 1\nconstraint: true\nevolution: true\n"
-
-
-@pytest.fixture(scope="module")
-def config_dir(tmp_path_factory) -> Path:
-    """The real config tree; if a method the experiments name has no config yet, a copy of the
-    tree with a stand-in for it, so that the experiment files themselves are still checked."""
-    missing = [m for m in TABLE1_METHODS if not (CONFIGS / "method" / f"{m}.yaml").is_file()]
-    if not missing:
-        return CONFIGS
-    copy = tmp_path_factory.mktemp("configs") / "configs"
-    shutil.copytree(CONFIGS, copy)
-    for method in missing:
-        (copy / "method" / f"{method}.yaml").write_text(STAND_IN)
-    return copy
-
-
-def sweep_jobs(config_dir: Path, argv: list[str]) -> list[list[str]]:
+def sweep_jobs(argv: list[str]) -> list[list[str]]:
     """The override list of every job `scgmem-run -m <argv>` launches (BasicSweeper.sweep's logic)."""
     parser = OverridesParser.create()
     fixed = [o.input_line for o in parser.parse_overrides(argv) if not o.is_sweep_override()]
-    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
         cfg = compose(config_name="config", overrides=fixed, return_hydra_config=True)
     params = [f"{k}={v}" for k, v in (cfg.hydra.sweeper.params or {}).items()]
     return BasicSweeper.split_arguments(parser.parse_overrides(params + argv), None)[0]
 
 
-def compose_job(config_dir: Path, job: list[str], hydra: bool = False):
-    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+def compose_job(job: list[str], hydra: bool = False):
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
         return compose(config_name="config", overrides=job, return_hydra_config=hydra)
 
 
@@ -61,37 +43,37 @@ def _value(job: list[str], key: str) -> str:
     return next(o.split("=", 1)[1] for o in job if o.split("=", 1)[0] == key)
 
 
-def test_table1_on_the_embedded_model_is_six_jobs(config_dir):
-    jobs = sweep_jobs(config_dir, ["+experiment=table1", "model=smollm2-135m", *SLICE])
+def test_table1_on_the_embedded_model_is_six_jobs():
+    jobs = sweep_jobs(["+experiment=table1", "model=smollm2-135m", *SLICE])
     assert len(jobs) == 6
     assert sorted(_value(j, "method") for j in jobs) == sorted(TABLE1_METHODS)
     for job in jobs:
-        cfg = compose_job(config_dir, job)
+        cfg = compose_job(job)
         assert cfg.model.name == "smollm2-135m"
         assert cfg.method._target_
         assert cfg.protocol._target_ == "scgmem.scoring.protocols.AmemProtocol"  # the paper's protocol
         assert list(cfg.data.samples) == ["conv-26"] and cfg.data.questions_per_category == 20
 
 
-def test_table1_defaults_to_the_paper_grid_and_cli_lists_replace_it(config_dir):
-    jobs = sweep_jobs(config_dir, ["+experiment=table1"])
+def test_table1_defaults_to_the_paper_grid_and_cli_lists_replace_it():
+    jobs = sweep_jobs(["+experiment=table1"])
     assert len(jobs) == 24
     assert sorted({_value(j, "model") for j in jobs}) == sorted(PAPER_MODELS)
-    assert len(sweep_jobs(config_dir, ["+experiment=table1", "model=smollm2-135m,qwen2.5-3b"])) == 12
-    pinned = sweep_jobs(config_dir, ["+experiment=table1", "method=amem"])
+    assert len(sweep_jobs(["+experiment=table1", "model=smollm2-135m,qwen2.5-3b"])) == 12
+    pinned = sweep_jobs(["+experiment=table1", "method=amem"])
     assert len(pinned) == 4 and {_value(j, "method") for j in pinned} == {"amem"}
 
 
-def test_table2_is_scgmem_and_its_ablations_on_qwen(config_dir):
-    jobs = sweep_jobs(config_dir, ["+experiment=table2"])
+def test_table2_is_scgmem_and_its_ablations_on_qwen():
+    jobs = sweep_jobs(["+experiment=table2"])
     combos = set()
     for job in jobs:
-        cfg = compose_job(config_dir, job)
+        cfg = compose_job(job)
         assert cfg.model.name == "qwen2.5-3b"
         combos.add((cfg.method.constraint, cfg.method.evolution))
     # full, w/o constraint, w/o evolution (the paper's rows), and both removed (the product's 4th cell)
     assert combos == {(True, True), (False, True), (True, False), (False, False)}
-    cfg = compose_job(config_dir, sweep_jobs(config_dir, ["+experiment=table2", "model=smollm2-135m"])[0])
+    cfg = compose_job(sweep_jobs(["+experiment=table2", "model=smollm2-135m"])[0])
     assert cfg.model.name == "smollm2-135m"  # the command line replaces the experiment's model
 
 
@@ -99,16 +81,16 @@ def test_table2_is_scgmem_and_its_ablations_on_qwen(config_dir):
     ("fig3", "k", [5, 10, 15, 20, 25, 30, 35, 40, 45, 50]),
     ("fig4", "hops", [0, 1, 2]),
 ])
-def test_figure_sweeps(config_dir, experiment, key, values):
-    jobs = sweep_jobs(config_dir, [f"+experiment={experiment}", "model=smollm2-135m", *SLICE])
+def test_figure_sweeps(experiment, key, values):
+    jobs = sweep_jobs([f"+experiment={experiment}", "model=smollm2-135m", *SLICE])
     assert len(jobs) == len(values)
     seen = []
     for job in jobs:
-        cfg = compose_job(config_dir, job)
+        cfg = compose_job(job)
         assert cfg.model.name == "smollm2-135m"
         seen.append(cfg.method[key])
     assert sorted(seen) == values
-    default = compose_job(config_dir, sweep_jobs(config_dir, [f"+experiment={experiment}"])[0])
+    default = compose_job(sweep_jobs([f"+experiment={experiment}"])[0])
     assert default.model.name == "qwen2.5-3b"
 
 
@@ -116,9 +98,9 @@ def test_figure_sweeps(config_dir, experiment, key, values):
     ("joblib", "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", "n_jobs", 2),
     ("submitit_slurm", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher", "gpus_per_node", 1),
 ])
-def test_launchers_compose(config_dir, launcher, target, key, value):
-    job = sweep_jobs(config_dir, ["+experiment=table1", "model=smollm2-135m", f"+launcher={launcher}"])[0]
-    cfg = compose_job(config_dir, job, hydra=True)
+def test_launchers_compose(launcher, target, key, value):
+    job = sweep_jobs(["+experiment=table1", "model=smollm2-135m", f"+launcher={launcher}"])[0]
+    cfg = compose_job(job, hydra=True)
     assert cfg.hydra.launcher._target_ == target
     assert cfg.hydra.launcher[key] == value
     assert get_class(target)  # the plugin is installed
@@ -143,16 +125,15 @@ def _make_run_args(target: str, *make_args: str) -> list[str]:
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 @pytest.mark.parametrize("target, n_jobs", [("reproduce-table1", 6), ("reproduce-table2", 4),
                                             ("reproduce-fig3", 10), ("reproduce-fig4", 3)])
-def test_make_targets_and_a_hand_typed_multirun_agree(config_dir, target, n_jobs):
+def test_make_targets_and_a_hand_typed_multirun_agree(target, n_jobs):
     args = _make_run_args(target, "MODELS=smollm2-135m", f"SLICE={' '.join(SLICE)}")
     experiment = target.split("-")[1]
     assert args[0] == f"+experiment={experiment}" and "model=smollm2-135m" in args
-    assert len(sweep_jobs(config_dir, args)) == n_jobs
+    assert len(sweep_jobs(args)) == n_jobs
     hand_typed = [f"+experiment={experiment}", "model=smollm2-135m", *SLICE]
-    assert sorted(map(sorted, sweep_jobs(config_dir, hand_typed))) == sorted(map(sorted, sweep_jobs(config_dir, args)))
+    assert sorted(map(sorted, sweep_jobs(hand_typed))) == sorted(map(sorted, sweep_jobs(args)))
 
 
 def test_every_table1_method_has_its_config():
     missing = [m for m in TABLE1_METHODS if not (CONFIGS / "method" / f"{m}.yaml").is_file()]
-    if missing:
-        pytest.skip(f"configs/method/{missing} not written yet (other issues); composed with stand-ins above")
+    assert not missing, f"configs/method/ lacks {missing}"
