@@ -1,314 +1,30 @@
-"""Schema-constrained decoding (paper Section 3.3, Eq. 6 and Eq. 11).
+"""Constrained generation of key lists, and reading the keys back (paper Section 3.3).
 
-`SchemaConstraint` is a transformers `LogitsProcessor`: for every row of a batch
-(batch * num_beams rows under beam search) it sets the scores of the tokens that would
-leave the schema trie to -inf. The softmax that follows renormalises over the allowed
-tokens (Eq. 6). It serves greedy decoding, seeded sampling and beam search alike.
-
-Multi-key generation: keys are written as " k1, k2, k3". After a key's terminator (the
-separator) the row is back at the trie root; EOS is allowed wherever a key may end (one EOS
-id only, `key_end_id`, so a key ends one way); after
-`max_keys` keys only EOS is. With `max_keys=1` and `num_beams=b`, beam search returns b
-distinct keys of S with their cumulative log-probabilities (Eq. 11,
-`constrained_beam_search`).
-
-Per-row state. Beam search reorders rows between steps, so a row's state is a function
-of its *generated prefix*, not of its row index: a `KeyTracker` maps (prompt, prefix) to
-the state, and each step extends the parent prefix's state by one trie edge (no walk
-from the root, no re-tokenisation). The tracker also records the *raw* log-probability
-of every generated token (under the model's own distribution, before the mask): the
-length-normalised raw log-prob of an assimilated key is the paper's "perplexity" signal
-(Section 3.4), which the renormalised constrained distribution would hide (a token with
-no sibling would always score log 1 = 0).
+`generate_keys` runs one `generate` call of the LLM for many prompts under the schema
+constraint (`constraint.SchemaConstraint`, Eq. 6): keys are written as " k1, k2, k3",
+EOS ends the list wherever a key may end (one EOS id only, `key_end_id`, so a key ends
+one way), and after `max_keys` keys only EOS may follow. `SchemaDecoding` builds the
+processors of each batch of the call and reads every returned sequence back into keys
+with their raw log-probs (the tracker's, see `key_state`).
 
 Example::
 
     keys = generate_keys(llm, schema, [prompt], max_keys=5)[0][0]
     [(k.concept, round(k.mean_logprob, 2)) for k in keys.keys]
-    seeds = constrained_beam_search(llm, schema, [question_prompt], num_beams=5)[0]
 """
 from __future__ import annotations
 
-import math
-from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
-import torch
 from transformers import LogitsProcessor
 
-from scgmem.core.schema import NO_NODE, CognitiveSchema, TokenTrie
-
-DONE = -2  # the row chose EOS (later steps only pad)
-DEAD = -3  # the row left the trie: only beam search's -inf filler candidates can
-
-
-@dataclass(frozen=True)
-class RowState:
-    """Decoding state of one generated prefix.
-
-    Attributes:
-        node: trie node (the root between keys), DONE or DEAD.
-        n_keys: keys completed so far.
-        key_start: index (in the generated tokens) where the current key starts.
-        key_logprob: raw log-prob of the current key's tokens so far.
-        keys: completed keys as (start, end, raw log-prob); [start, end) covers the key's
-            tokens and its terminator.
-        path / used: for `distinct` lists, which keys are spent (see `SchemaConstraint`).
-    """
-
-    node: int
-    n_keys: int = 0
-    key_start: int = 0
-    key_logprob: float = 0.0
-    keys: tuple[tuple[int, int, float], ...] = ()
-    path: tuple[int, ...] = ()  # trie nodes of the current key
-    used: tuple[int, ...] = ()  # trie nodes of the completed keys' paths (a multiset)
+from scgmem.core.constraint import MaskRows, SchemaConstraint
+from scgmem.core.key_state import DEAD, KeyTracker, prompt_key
+from scgmem.core.schema import NO_NODE, CognitiveSchema
+from scgmem.llm.protocol import LanguageModel
 
 
-class KeyTracker:
-    """States and raw log-probs of every (prompt, generated prefix) of one generate call.
-
-    Shared by the processors the factory builds for each batch of that call, and read
-    after generation by `SchemaDecoding.read`.
-    """
-
-    def __init__(self) -> None:
-        self.prompt_ids: dict[tuple[int, ...], int] = {}
-        # (prompt id, generated prefix) -> (state, row at that step, raw log-prob of EOS next)
-        self.entries: dict[tuple[int, tuple[int, ...]], tuple[RowState, int, float]] = {}
-
-    def prompt_id(self, prompt: tuple[int, ...]) -> int:
-        return self.prompt_ids.setdefault(prompt, len(self.prompt_ids))
-
-
-def prompt_key(ids: Sequence[int], pad_id: int) -> tuple[int, ...]:
-    """A prompt's identity in the tracker: its ids without pad tokens. The backend pads on the
-    left, or between a cached shared prefix and the row's suffix (`scgmem.llm.prefix_cache`),
-    so pads are dropped wherever they are; both sides of the lookup drop them alike."""
-    return tuple(t for t in ids if t != pad_id)
-
-
-class SchemaConstraint(LogitsProcessor):
-    """Masks every token that would leave the schema trie (Eq. 6); one per batch.
-
-    Args:
-        trie: the schema's `TokenTrie` (keys end with `terminator`).
-        prompt_length: padded prompt length of the batch (generated tokens follow it).
-        terminator: the separator token that ends every key.
-        eos_ids: tokens that end the generation (allowed wherever a key may end).
-        pad_id: the padding token (allowed, with EOS, in rows that have finished).
-        max_keys: keys per row; after the last one only EOS may follow. None = no limit.
-        distinct: a row never repeats a key: a token is masked when every key below it
-            was already generated by that row (so the row is never led into a dead end).
-        tracker: shared state store (a fresh one if None).
-        record_logprobs: record raw log-probs (one logsumexp per step).
-        scores_are_logprobs: the scores it receives are already log-probs (transformers'
-            beam search passes log_softmax(logits)), so the logsumexp pass is skipped.
-    """
-
-    def __init__(self, trie: TokenTrie, prompt_length: int, *, terminator: int, eos_ids: Sequence[int],
-                 pad_id: int, max_keys: int | None = None, distinct: bool = True,
-                 tracker: KeyTracker | None = None, record_logprobs: bool = True,
-                 scores_are_logprobs: bool = False) -> None:
-        if prompt_length < 0:
-            raise ValueError(f"prompt_length must be >= 0, got {prompt_length}")
-        if max_keys is not None and max_keys < 1:
-            raise ValueError(f"max_keys must be >= 1 or None, got {max_keys}")
-        if not eos_ids:
-            raise ValueError("eos_ids must name at least one token")
-        if trie.num_children(TokenTrie.ROOT) == 0:
-            raise ValueError("the schema is empty: constrained decoding has no key to generate")
-        self.trie = trie
-        self.prompt_length = prompt_length
-        self.terminator = int(terminator)
-        self.eos_set = {int(i) for i in eos_ids}
-        self.eos = torch.tensor(sorted(self.eos_set), dtype=torch.long)  # (n_eos,)
-        self.pad_id = int(pad_id)
-        self.max_keys = max_keys
-        self.distinct = distinct
-        self.tracker = tracker if tracker is not None else KeyTracker()
-        self.record_logprobs = record_logprobs
-        self.scores_are_logprobs = scores_are_logprobs
-        self._pids: list[int] = []
-        self._scores: torch.Tensor | None = None  # previous step's raw scores, (rows, vocab)
-        self._lse: torch.Tensor | None = None  # their logsumexp, (rows,)
-        self._mask: torch.Tensor | None = None  # reused buffer, (rows, vocab) bool
-        self._dense_on_device: dict[int, torch.Tensor] = {}  # trie node -> its dense row on the scores' device
-        self.dead_rows = 0  # rows that left the trie (beam filler), counted
-
-    # ------------------------------------------------------------------ state
-    def _start(self, prompts: torch.Tensor) -> list[RowState]:
-        self._pids = []
-        for row in prompts.tolist():  # (rows, prompt_length)
-            self._pids.append(self.tracker.prompt_id(prompt_key(row, self.pad_id)))
-        return [RowState(TokenTrie.ROOT)] * len(self._pids)
-
-    def _step(self, parent: RowState, token: int, logprob: float, position: int) -> RowState:
-        """The state after `token` (generated at index `position`), from the parent prefix's."""
-        if parent.node < 0:
-            return parent
-        lp = parent.key_logprob + logprob
-        dead = RowState(DEAD, parent.n_keys, keys=parent.keys)
-        if token in self.eos_set:
-            leaf = self.trie.child(parent.node, self.terminator)
-            if leaf == NO_NODE:
-                return RowState(DONE, parent.n_keys, keys=parent.keys) if parent.node == TokenTrie.ROOT else dead
-            if self._spent(leaf, parent.used):
-                return dead
-            key = (parent.key_start, position + 1, lp)  # EOS stands in for the terminator
-            return RowState(DONE, parent.n_keys + 1, keys=parent.keys + (key,))
-        child = self.trie.child(parent.node, token)
-        # A masked token can still be chosen by beam search when a prompt has fewer live
-        # continuations than beams (its -inf "filler" candidates): such rows are dead.
-        if child == NO_NODE or self._spent(child, parent.used):
-            return dead
-        if token == self.terminator:
-            if self.max_keys is not None and parent.n_keys + 1 >= self.max_keys:
-                return dead  # the last key must end with EOS
-            key = (parent.key_start, position + 1, lp)
-            used = parent.used + parent.path + (child,) if self.distinct else ()
-            return RowState(TokenTrie.ROOT, parent.n_keys + 1, position + 1, 0.0, parent.keys + (key,), (), used)
-        return RowState(child, parent.n_keys, parent.key_start, lp, parent.keys, parent.path + (child,), parent.used)
-
-    def _spent(self, node: int, used: tuple[int, ...]) -> bool:
-        """Whether every key below `node` is already in the row's list (distinct lists)."""
-        return bool(used) and self.trie.count(node) <= used.count(node)
-
-    def _advance(self, gen: list[list[int]], raw: list[float]) -> list[RowState]:
-        position = len(gen[0]) - 1
-        parents = [self.tracker.entries[(pid, tuple(row[:-1]))] for pid, row in zip(self._pids, gen)]
-        return [self._step(p[0], row[-1], lp, position) for p, row, lp in zip(parents, gen, raw)]
-
-    def _raw_logprobs(self, generated: torch.Tensor, gen: list[list[int]]) -> torch.Tensor | None:
-        """(rows,) raw log-prob of each row's last token under the previous step's scores, on
-        their device. Greedy rows keep their index; beam search reorders rows, so a row then
-        reads its parent's row (one index copy to the device)."""
-        if not self.record_logprobs or generated.shape[1] == 0:
-            return None
-        last = generated[:, -1].to(self._scores.device)  # (rows,)
-        prev = [self.tracker.entries[(pid, tuple(row[:-1]))][1] for pid, row in zip(self._pids, gen)]
-        if prev == list(range(len(prev))):
-            return self._scores.gather(1, last[:, None]).squeeze(1).float() - self._lse
-        prev_rows = torch.tensor(prev, dtype=torch.long).to(self._scores.device)  # (rows,)
-        return self._scores[prev_rows, last].float() - self._lse[prev_rows]
-
-    def _eos_logprobs(self, scores: torch.Tensor) -> torch.Tensor | None:
-        """(rows,) raw log-prob of ending here with EOS; keeps `scores` for the next step."""
-        if not self.record_logprobs:
-            return None
-        self._scores = scores
-        if self.scores_are_logprobs:
-            self._lse = torch.zeros(scores.shape[0], device=scores.device)  # (rows,)
-        else:
-            self._lse = torch.logsumexp(scores.float(), dim=-1)  # (rows,)
-        return torch.logsumexp(scores[:, self._eos_on(scores.device)].float(), dim=-1) - self._lse
-
-    def _eos_on(self, device) -> torch.Tensor:
-        if self.eos.device != torch.device(device):
-            self.eos = self.eos.to(device)  # once per call, not once per step
-        return self.eos
-
-    def _remember(self, states: list[RowState], gen: list[list[int]], eos_lp: list[float]) -> None:
-        for row, (pid, prefix, state) in enumerate(zip(self._pids, gen, states)):
-            self.tracker.entries[(pid, tuple(prefix))] = (state, row, eos_lp[row])
-
-    # ------------------------------------------------------------------ mask
-    def _build_mask(self, states: list[RowState], rows: int, vocab: int, device) -> torch.Tensor:
-        if self._mask is None or self._mask.shape != (rows, vocab) or self._mask.device != device:
-            self._mask = torch.empty((rows, vocab), dtype=torch.bool, device=device)
-        mask = self._mask.fill_(True)  # (rows, vocab), True = disallowed
-        sparse_rows, sparse_ids, dense_rows, dense_masks = [], [], [], []
-        end_rows, last_rows, done_rows, spent_rows, spent_tokens, no_eos_rows = [], [], [], [], [], []
-        for r, s in enumerate(states):
-            if s.node < 0:
-                done_rows.append(r)
-                continue
-            if s.used:  # distinct keys: mask the edges below which every key is spent
-                counts = Counter(s.used)
-                if s.node == TokenTrie.ROOT and self.trie.count(TokenTrie.ROOT) <= s.n_keys:
-                    end_rows.append(r)  # every key of S is in this list already: only EOS
-                    continue
-                for u, c in counts.items():
-                    if self.trie.parent(u) == s.node and self.trie.count(u) <= c:
-                        token = self.trie.token_into(u)
-                        spent_rows.append(r)
-                        spent_tokens.append(token)
-                        if token == self.terminator:
-                            no_eos_rows.append(r)  # EOS would end the same spent key
-            if self.trie.num_children(s.node) == 0:
-                raise RuntimeError(f"schema trie node {s.node} allows no token (row {r}): the trie holds a key "
-                                   f"without the terminator {self.terminator}")
-            dense = self.trie.dense_allowed(s.node)
-            if dense is not None:
-                dense_rows.append(r)
-                if s.node not in self._dense_on_device:  # the trie is fixed during a call: copy each row once
-                    self._dense_on_device[s.node] = dense.to(device)
-                dense_masks.append(self._dense_on_device[s.node])
-            else:
-                sparse_rows.append(r)
-                sparse_ids.append(self.trie.allowed(s.node))
-            if self.trie.child(s.node, self.terminator) != NO_NODE:
-                end_rows.append(r)
-                if self.max_keys is not None and s.n_keys + 1 >= self.max_keys:
-                    last_rows.append(r)
-        # Every index list goes to the device in one copy (each copy from host memory waits
-        # for the device), then is split back.
-        eos = self._eos_on(device)
-        parts: dict[str, torch.Tensor] = {}
-        if sparse_rows:
-            lengths = torch.tensor([len(a) for a in sparse_ids])
-            parts["sparse_rows"] = torch.repeat_interleave(torch.tensor(sparse_rows), lengths)  # (n_allowed,)
-            parts["sparse_ids"] = torch.cat(sparse_ids).long()
-        for name, values in (("dense", dense_rows), ("end", end_rows), ("last", last_rows), ("spent", spent_rows),
-                             ("spent_tokens", spent_tokens), ("no_eos", no_eos_rows), ("done", done_rows)):
-            if values:
-                parts[name] = torch.tensor(values, dtype=torch.long)
-        on_device = dict(zip(parts, torch.cat(list(parts.values())).to(device).split(
-            [len(t) for t in parts.values()]))) if parts else {}
-        if sparse_rows:
-            mask[on_device["sparse_rows"], on_device["sparse_ids"]] = False
-        if dense_rows:
-            mask[on_device["dense"]] = ~torch.stack(dense_masks)  # (n_dense, vocab)
-        if end_rows:  # a key may end here: with EOS, or with the terminator unless it is the last key
-            mask[on_device["end"][:, None], eos[None, :]] = False
-        if last_rows:
-            mask[on_device["last"], self.terminator] = True
-        if spent_rows:
-            mask[on_device["spent"], on_device["spent_tokens"]] = True
-        if no_eos_rows:
-            mask[on_device["no_eos"][:, None], eos[None, :]] = True
-        if done_rows:
-            done = on_device["done"]
-            mask[done[:, None], eos[None, :]] = False
-            mask[done, self.pad_id] = False
-            self.dead_rows += sum(1 for r in done_rows if states[r].node == DEAD)
-        return mask
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        rows, vocab = scores.shape  # rows = batch * num_beams
-        if vocab != self.trie.vocab_size:
-            raise ValueError(f"scores have {vocab} columns but the schema trie was built for vocab_size="
-                             f"{self.trie.vocab_size}")
-        generated = input_ids[:, self.prompt_length:]  # (rows, g)
-        gen = generated.tolist()
-        raw = self._raw_logprobs(generated, gen)  # before _eos_logprobs replaces the kept scores
-        eos_lp = self._eos_logprobs(scores)
-        if self.record_logprobs:  # both in one device-to-host copy
-            fetched = torch.cat([eos_lp] if raw is None else [raw, eos_lp]).tolist()
-            raw, eos_lp = fetched[:-rows], fetched[-rows:]
-        else:
-            raw, eos_lp = [0.0] * rows, [0.0] * rows
-        if generated.shape[1] == 0:
-            states = self._start(input_ids[:, :self.prompt_length])
-        else:
-            states = self._advance(gen, raw)
-        self._remember(states, gen, eos_lp)
-        mask = self._build_mask(states, rows, vocab, scores.device)
-        return scores.masked_fill(mask, float("-inf"))
-
-
-# ---------------------------------------------------------------------- reading keys back
 @dataclass
 class GeneratedKey:
     """One key of a generated list.
@@ -357,27 +73,26 @@ class SchemaDecoding:
         eos_ids / pad_id: the model's.
         max_keys: keys per generated sequence (None = until EOS).
         decode: token ids -> text (the tokenizer's decode).
+        distinct / record_logprobs / scores_are_logprobs: see `KeyTracker` and `SchemaConstraint`.
     """
 
     def __init__(self, schema: CognitiveSchema, *, eos_ids: Sequence[int], pad_id: int,
-                 max_keys: int | None, decode, distinct: bool = True, record_logprobs: bool = True,
-                 scores_are_logprobs: bool = False) -> None:
+                 max_keys: int | None, decode: Callable[[list[int]], str], distinct: bool = True,
+                 record_logprobs: bool = True, scores_are_logprobs: bool = False) -> None:
         self.schema = schema
         self.scores_are_logprobs = scores_are_logprobs
-        self.distinct = distinct
-        self.eos_ids = list(eos_ids)
         self.pad_id = pad_id
-        self.max_keys = max_keys
         self.decode = decode
         self.record_logprobs = record_logprobs
-        self.tracker = KeyTracker()
+        # One tracker and one set of mask rows for the whole call: its batches share the trie.
+        self.tracker = KeyTracker(schema.trie, terminator=schema.terminator, eos_ids=eos_ids, max_keys=max_keys,
+                                  distinct=distinct)
+        self.mask_rows = MaskRows(self.tracker, pad_id)
         self.processors: list[SchemaConstraint] = []
 
     def __call__(self, prompt_length: int, rows: int) -> list[LogitsProcessor]:
-        proc = SchemaConstraint(self.schema.trie, prompt_length, terminator=self.schema.terminator,
-                                eos_ids=self.eos_ids, pad_id=self.pad_id, max_keys=self.max_keys,
-                                distinct=self.distinct, tracker=self.tracker, record_logprobs=self.record_logprobs,
-                                scores_are_logprobs=self.scores_are_logprobs)
+        proc = SchemaConstraint(self.tracker, prompt_length, pad_id=self.pad_id, mask_rows=self.mask_rows,
+                                record_logprobs=self.record_logprobs, scores_are_logprobs=self.scores_are_logprobs)
         self.processors.append(proc)
         return [proc]
 
@@ -395,8 +110,7 @@ class SchemaDecoding:
     def read(self, prompt_ids: Sequence[int], token_ids: Sequence[int], score: float = 0.0, text: str = "") -> KeyList:
         """The keys of one generated sequence (token ids without EOS) for a prompt (its ids)."""
         ids = list(token_ids)
-        pid = self.tracker.prompt_ids.get(prompt_key(prompt_ids, self.pad_id))
-        entry = self.tracker.entries.get((pid, tuple(ids))) if pid is not None else None
+        entry = self.tracker.lookup(prompt_key(prompt_ids, self.pad_id), ids)
         if entry is None:  # not tracked: split on the terminator, log-probs unknown
             keys, begin = [], 0
             for i, t in enumerate(ids + [self.schema.terminator]):
@@ -419,31 +133,30 @@ class SchemaDecoding:
         return KeyList(keys, score, text, complete=complete)
 
 
-def _prompt_ids(llm, prompt: str, max_new_tokens: int) -> list[int]:
+def _prompt_ids(llm: LanguageModel, prompt: str, max_new_tokens: int) -> list[int]:
     """The ids the backend feeds for `prompt` (it keeps the end of an over-long prompt)."""
     ids = llm.encode(prompt)
     limit = llm.context_window - max_new_tokens
     return ids[len(ids) - limit:] if len(ids) > limit else ids
 
 
-def key_end_id(llm) -> int:
+def key_end_id(llm: LanguageModel) -> int:
     """The one EOS id that may end a key: the tokenizer's own end-of-turn token.
 
     Qwen2.5 stops on two ids and Llama 3.2 on three. If each could end a key, one key would
     finish as several beams (the same concept, split by its last token), and keeping each
     concept once would leave fewer than b seeds. The others stay masked.
     """
-    eos = getattr(llm.tokenizer, "eos_token_id", None)
-    return eos if eos in llm.eos_token_ids else llm.eos_token_ids[0]
+    return llm.eos_id if llm.eos_id in llm.eos_ids else llm.eos_ids[0]
 
 
-def generate_keys(llm, schema: CognitiveSchema, prompts: Sequence[str], *, max_keys: int | None = None,
+def generate_keys(llm: LanguageModel, schema: CognitiveSchema, prompts: Sequence[str], *, max_keys: int | None = None,
                   num_beams: int = 1, temperature: float = 0.0, seeds: Sequence[int] | None = None,
                   max_new_tokens: int | None = None) -> tuple[list[list[KeyList]], SchemaDecoding]:
     """Constrained generation of key lists, one call for all prompts.
 
     Args:
-        llm: a `scgmem.llm.LLM` (its tokenizer decodes the keys).
+        llm: the model (its `decode` spells the keys back).
         schema: S, non-empty.
         prompts: rendered prompts (ending where the first key's leading space is natural,
             e.g. after "Concepts:").
@@ -460,8 +173,8 @@ def generate_keys(llm, schema: CognitiveSchema, prompts: Sequence[str], *, max_k
         raise ValueError("generate_keys: the schema is empty")
     if max_new_tokens is None:
         max_new_tokens = (max_keys or 8) * schema.trie.max_depth
-    decoding = SchemaDecoding(schema, eos_ids=[key_end_id(llm)], pad_id=llm.tokenizer.pad_token_id,
-                              max_keys=max_keys, decode=llm.tokenizer.decode,
+    decoding = SchemaDecoding(schema, eos_ids=[key_end_id(llm)], pad_id=llm.pad_id,
+                              max_keys=max_keys, decode=llm.decode,
                               scores_are_logprobs=num_beams > 1)  # beam search hands over log_softmax
     gens = llm.generate(list(prompts), max_new_tokens=max_new_tokens, temperature=temperature, seeds=seeds,
                         processors=decoding, num_beams=num_beams, num_return_sequences=max(1, num_beams),
@@ -473,41 +186,3 @@ def generate_keys(llm, schema: CognitiveSchema, prompts: Sequence[str], *, max_k
     return out, decoding
 
 
-@dataclass
-class BeamKey:
-    """One result of the constrained beam search (Eq. 11)."""
-
-    concept: str
-    text: str
-    logprob: float  # cumulative log-prob of the key under the model (EOS included)
-
-
-def constrained_beam_search(llm, schema: CognitiveSchema, prompts: Sequence[str], *,
-                            num_beams: int) -> tuple[list[list[BeamKey]], list[list[KeyList]]]:
-    """Eq. 11: the b most probable keys of S for each prompt, distinct, best first.
-
-    Beam search with `num_beams=b` and one key per beam; returned beams with a -inf score
-    (fillers when S holds fewer than b reachable keys) are dropped, and repeats of a
-    concept kept once.
-
-    Returns:
-        (per prompt: up to b `BeamKey`s; per prompt: the raw `KeyList`s, for counting keys).
-    """
-    if num_beams < 1:
-        raise ValueError(f"num_beams must be >= 1, got {num_beams}")
-    lists, _ = generate_keys(llm, schema, prompts, max_keys=1, num_beams=num_beams,
-                             max_new_tokens=schema.trie.max_depth)
-    results = []
-    for row in lists:
-        seen, keys = set(), []
-        for kl in sorted(row, key=lambda kl: -kl.score):
-            if not math.isfinite(kl.score) or len(kl.keys) != 1 or not kl.complete:
-                continue
-            key = kl.keys[0]
-            name = key.concept if key.concept is not None else key.text
-            if name in seen:
-                continue
-            seen.add(name)
-            keys.append(BeamKey(concept=name, text=key.text, logprob=kl.score))
-        results.append(keys)
-    return results, lists

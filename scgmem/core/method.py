@@ -30,6 +30,7 @@ from scgmem.core.graph import AssociativeGraph
 from scgmem.core.recall import (FREE_RECALL_PREFIX, FREE_RECALL_PROMPT, RECALL_PREFIX, RECALL_PROMPT,
                                 constrained_seeds, free_seeds, propagate, rank_turns, reconstruct_context)
 from scgmem.core.schema import CognitiveSchema
+from scgmem.llm.protocol import LanguageModel
 
 log = logging.getLogger(__name__)
 
@@ -37,19 +38,6 @@ STATE_FORMAT = 1  # bump when the layout of state_dict changes
 # Bump when ingestion code changes what it builds (parsing, normalisation, stop words,
 # grounding, the trigger rule, decoding): the memory cache is keyed on memory_settings().
 INGEST_VERSION = 2
-
-
-def _vocab_size(llm) -> int:
-    """Width of the model's scores (what the trie's dense rows must match)."""
-    config = getattr(getattr(llm, "model", None), "config", None)
-    size = getattr(config, "vocab_size", None)
-    if size is None and hasattr(config, "get_text_config"):
-        size = getattr(config.get_text_config(), "vocab_size", None)
-    if size:
-        return int(size)
-    if hasattr(llm, "tokenizer"):
-        return len(llm.tokenizer)
-    return 1 << 16  # a model-less stand-in (ScriptedLLM): the object can be built, not ingest
 
 
 def _finite_or_none(x: float) -> float | None:
@@ -90,7 +78,7 @@ class SCGMem(MemoryMethod):
 
     name = "scgmem"
 
-    def __init__(self, llm, embedder=None, *, k: int = 35, hops: int = 1, num_beams: int = 5,
+    def __init__(self, llm: LanguageModel, embedder=None, *, k: int = 35, hops: int = 1, num_beams: int = 5,
                  temperature: float = 1.0, constraint: bool = True, evolution: bool = True,
                  threshold_mode: str = "quantile", keep_quantile: float = 0.5, trigger_quantile: float = 0.3,
                  threshold_warmup: int = 16, turns_per_concept: int | str = 1,
@@ -145,8 +133,8 @@ class SCGMem(MemoryMethod):
         Evolution(llm, self.schema, counters=Counter(), **self.evolution_args)  # validate the values now
 
     def _reset(self) -> None:
-        self.schema = CognitiveSchema(self.llm.encode, _vocab_size(self.llm), separator=self.separator,
-                                      forbidden_ids=getattr(self.llm, "eos_token_ids", ()),
+        self.schema = CognitiveSchema(self.llm.encode, self.llm.vocab_size, separator=self.separator,
+                                      forbidden_ids=self.llm.eos_ids,
                                       dense_threshold=self.dense_threshold)
         self.graph = AssociativeGraph()
         self.index: dict[str, list[str]] = {}  # concept -> dia_ids
@@ -164,7 +152,7 @@ class SCGMem(MemoryMethod):
 
         Ingestion is greedy (deterministic), so `rng` is not drawn from.
         """
-        if not hasattr(self.llm, "tokenizer") or not hasattr(self.llm, "eos_token_ids"):
+        if not self.llm.applies_processors:
             raise TypeError(f"SCG-Mem needs a real LLM (the schema constraint runs inside its generate); got "
                             f"{type(self.llm).__name__}")
         self._reset()

@@ -1,7 +1,7 @@
 """Constructive recall (paper Section 3.6, Eq. 11-13).
 
 1. Schema activation: constrained beam search over S with the question as context gives
-   K_seed, the b most probable keys (Eq. 11; `decoding.constrained_beam_search`).
+   K_seed, the b most probable keys (Eq. 11; `beam_search.constrained_beam_search`).
    Ablation `constraint=False` ("w/o Cognitive Constraint", `free_seeds`): the model
    lists keywords freely; they are joined into one string, embedded, and the b concepts
    of S nearest by cosine become the seeds. The free keywords that are not concepts of S
@@ -24,8 +24,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from scgmem.api import Turn, dia_order, render_turn, render_turns_by_date
+from scgmem.core.beam_search import constrained_beam_search
 from scgmem.core.concepts import normalise, parse_list
-from scgmem.core.decoding import constrained_beam_search
 from scgmem.core.graph import AssociativeGraph
 from scgmem.core.schema import CognitiveSchema
 from scgmem.embedder import cosine_top_k

@@ -31,8 +31,7 @@ def memory_key(method, llm, seed: int, conv: Conversation) -> str:
         "format": CACHE_FORMAT,
         "method": f"{type(method).__module__}.{type(method).__qualname__}",
         "settings": method.memory_settings(),
-        "model": [getattr(llm, "name", None), getattr(llm, "source", None), str(getattr(llm.model, "dtype", ""))
-                  if hasattr(llm, "model") else None],
+        "model": [getattr(llm, "name", None), getattr(llm, "source", None), llm.dtype],
         "seed": seed,
         "prompts": getattr(llm, "prompt_fingerprint", None),  # chat template under the chat policy
         "conversation": conversation_fingerprint(conv),

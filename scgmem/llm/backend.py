@@ -30,6 +30,7 @@ from scgmem.llm.chat_template import DEFAULT_DATE, DEFAULT_SYSTEM_PROMPT, ChatPo
 from scgmem.llm.generation import SettingsLog, effective_settings, explicit_config, neutralise
 from scgmem.llm.loading import resolve_model_dir
 from scgmem.llm.prefix_cache import PrefixCache, batch_prefix_length, cache_keyword, layout_batch
+from scgmem.llm.protocol import TokenizerFacts
 from scgmem.llm.sampling import SeededGumbelSampler, TokenLogprobRecorder
 from scgmem.llm.usage import UsageMeter
 
@@ -70,7 +71,7 @@ class Generation:
         return self.logprob / max(1, len(self.token_ids))
 
 
-class LLM:
+class LLM(TokenizerFacts):
     """A causal LM with a tokenizer, a chat template and a usage meter.
 
     Args:

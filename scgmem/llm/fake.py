@@ -1,7 +1,9 @@
 """A scripted stand-in for `LLM`, so that parsers and fallbacks are testable without a model.
 
-It has the same surface the methods use (render, generate, encode, count_tokens, usage,
-context_window, name). Tokens are whitespace-separated words.
+It implements `scgmem.llm.protocol.LanguageModel` and the rest of the surface the harness
+uses (usage, chat policy, generation report). Tokens are whitespace-separated words, each
+word's id a hash below `WORD_IDS`; it applies no logits processors, so SCG-Mem's constrained
+decoding cannot run on it.
 
 Example::
 
@@ -14,6 +16,8 @@ from typing import Callable, Sequence
 
 from scgmem.llm.backend import Generation
 from scgmem.llm.usage import UsageMeter
+
+WORD_IDS = 50000  # word ids are hashes below this; the pad and EOS ids follow
 
 
 class ScriptedLLM:
@@ -28,6 +32,14 @@ class ScriptedLLM:
         self._turn = 0
         self.chat = None
         self.prompt_fingerprint = "scripted"
+        self._words: dict[int, str] = {}  # id -> a word encoded to it, for decode
+
+    # the LanguageModel facts of a vocabulary of hashed words
+    vocab_size = WORD_IDS + 2
+    pad_id = WORD_IDS
+    eos_id = WORD_IDS + 1
+    dtype = "none"  # no weights
+    applies_processors = False
 
     def set_chat_policy(self, policy) -> None:
         self.chat = policy
@@ -35,8 +47,19 @@ class ScriptedLLM:
     def generation_report(self) -> dict:
         return {"calls": {}, "neutralised_model_defaults": {}, "chat_template": None, "caps": {}}
 
+    @property
+    def eos_ids(self) -> list[int]:
+        return [self.eos_id]
+
     def encode(self, text: str) -> list[int]:
-        return [hash(w) % 50000 for w in text.split()]
+        ids = []
+        for word in text.split():
+            ids.append(hash(word) % WORD_IDS)
+            self._words[ids[-1]] = word
+        return ids
+
+    def decode(self, ids) -> str:
+        return " ".join(self._words.get(i, f"<{i}>") for i in ids)
 
     def count_tokens(self, text: str) -> int:
         return len(text.split())

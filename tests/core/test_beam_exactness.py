@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from scgmem.core.decoding import constrained_beam_search, key_end_id
+from scgmem.core.beam_search import constrained_beam_search
+from scgmem.core.decoding import key_end_id
 from scgmem.core.schema import CognitiveSchema
 
 

@@ -16,9 +16,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scgmem.core.decoding import SchemaConstraint
+from scgmem.core.constraint import SchemaConstraint
+from scgmem.core.key_state import KeyTracker
 from scgmem.core.schema import ReferenceTrie, TokenTrie
 
+
+
+def constraint(trie, prompt_length, *, terminator, eos_ids, pad_id, max_keys=None, distinct=True, **kwargs):
+    """One batch's processor over its own tracker, as `SchemaDecoding` builds it."""
+    tracker = KeyTracker(trie, terminator=terminator, eos_ids=eos_ids, max_keys=max_keys, distinct=distinct)
+    return SchemaConstraint(tracker, prompt_length, pad_id=pad_id, **kwargs)
 
 
 # A vocabulary of V ids: 0..V-4 key tokens, then the terminator, pad, EOS.
@@ -71,7 +78,7 @@ def simulate(vocab, trie, mode, seed, *, batch=2, num_beams=3, max_keys=None, ma
     prompts = torch.randint(0, term, (batch, prompt_len), generator=gen)
     input_ids = prompts.repeat_interleave(beams, dim=0)  # (batch*beams, prompt_len)
     rows = input_ids.shape[0]
-    proc = SchemaConstraint(trie, prompt_len, terminator=term, eos_ids=[eos], pad_id=pad, max_keys=max_keys,
+    proc = constraint(trie, prompt_len, terminator=term, eos_ids=[eos], pad_id=pad, max_keys=max_keys,
                             distinct=distinct)
     max_steps = max_steps or (max_keys or 4) * trie.max_depth + 2
     beam_scores = torch.zeros(rows)
@@ -176,7 +183,7 @@ def five_token_trie():
 
 
 def allowed_after(trie, generated, max_keys=None, distinct=True):
-    proc = SchemaConstraint(trie, 1, terminator=2, eos_ids=[4], pad_id=3, max_keys=max_keys, distinct=distinct)
+    proc = constraint(trie, 1, terminator=2, eos_ids=[4], pad_id=3, max_keys=max_keys, distinct=distinct)
     ids = torch.tensor([[0]])
     out = proc(ids, torch.zeros(1, 5))
     for t in generated:
@@ -201,7 +208,7 @@ def test_hand_written_masks():
 
 def test_masking_keeps_the_allowed_scores_untouched():
     trie = five_token_trie()
-    proc = SchemaConstraint(trie, 1, terminator=2, eos_ids=[4], pad_id=3)
+    proc = constraint(trie, 1, terminator=2, eos_ids=[4], pad_id=3)
     scores = torch.tensor([[0.5, -1.0, 2.0, 3.0, 4.0]])
     out = proc(torch.tensor([[0]]), scores.clone())
     assert out[0, :2].tolist() == [0.5, -1.0] and torch.isinf(out[0, 2:]).all()
@@ -209,10 +216,10 @@ def test_masking_keeps_the_allowed_scores_untouched():
 
 def test_empty_schema_and_bad_arguments_raise():
     with pytest.raises(ValueError, match="schema is empty"):
-        SchemaConstraint(TokenTrie(5), 1, terminator=2, eos_ids=[4], pad_id=3)
+        constraint(TokenTrie(5), 1, terminator=2, eos_ids=[4], pad_id=3)
     with pytest.raises(ValueError, match="max_keys"):
-        SchemaConstraint(five_token_trie(), 1, terminator=2, eos_ids=[4], pad_id=3, max_keys=0)
-    proc = SchemaConstraint(five_token_trie(), 1, terminator=2, eos_ids=[4], pad_id=3)
+        constraint(five_token_trie(), 1, terminator=2, eos_ids=[4], pad_id=3, max_keys=0)
+    proc = constraint(five_token_trie(), 1, terminator=2, eos_ids=[4], pad_id=3)
     with pytest.raises(ValueError, match="vocab_size=5"):
         proc(torch.tensor([[0]]), torch.zeros(1, 7))
 
@@ -220,7 +227,7 @@ def test_empty_schema_and_bad_arguments_raise():
 def test_a_key_without_terminator_is_an_error_not_a_row_of_minus_inf():
     trie = TokenTrie(vocab_size=5)
     trie.insert([0])  # no terminator: after "a" nothing may follow
-    proc = SchemaConstraint(trie, 1, terminator=2, eos_ids=[4], pad_id=3)
+    proc = constraint(trie, 1, terminator=2, eos_ids=[4], pad_id=3)
     proc(torch.tensor([[0]]), torch.zeros(1, 5))
     with pytest.raises(RuntimeError, match="allows no token"):
         proc(torch.tensor([[0, 0]]), torch.zeros(1, 5))
@@ -228,7 +235,7 @@ def test_a_key_without_terminator_is_an_error_not_a_row_of_minus_inf():
 
 def test_raw_logprobs_are_recorded_per_key():
     trie = five_token_trie()
-    proc = SchemaConstraint(trie, 1, terminator=2, eos_ids=[4], pad_id=3)
+    proc = constraint(trie, 1, terminator=2, eos_ids=[4], pad_id=3)
     logits = torch.log(torch.tensor([[0.5, 0.1, 0.1, 0.1, 0.2]]))
     ids = torch.tensor([[1]])
     for t in [0, 2, 1]:  # "a , b" then EOS
@@ -265,7 +272,7 @@ def test_keys_in_schema_inside_transformers_generate(tiny_lm, data, mode, seed, 
     term, pad, eos = special(vocab)
     torch.manual_seed(seed)
     prompt = torch.randint(0, term, (2, 4))
-    proc = SchemaConstraint(trie, 4, terminator=term, eos_ids=[eos], pad_id=pad, max_keys=max_keys)
+    proc = constraint(trie, 4, terminator=term, eos_ids=[eos], pad_id=pad, max_keys=max_keys)
     beams = 3 if mode == "beam" else 1
     max_new = (max_keys or 3) * trie.max_depth
     out = tiny_lm.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new,
@@ -309,7 +316,7 @@ def test_generate_keys_through_the_backend(tiny_llm):
 
 
 def test_beam_search_gives_distinct_keys_scored_by_their_logprob(tiny_llm):
-    from scgmem.core.decoding import constrained_beam_search
+    from scgmem.core.beam_search import constrained_beam_search
 
     schema = tiny_schema(tiny_llm)
     prompts = [tiny_llm.render(f"Question: {q}", assistant_prefix="Keyword:") for q in ("where?", "what art?")]

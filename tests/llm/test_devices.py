@@ -7,7 +7,8 @@ import pytest
 import torch
 from transformers import DynamicCache, LlamaConfig
 
-from scgmem.core.decoding import SchemaConstraint
+from scgmem.core.constraint import SchemaConstraint
+from scgmem.core.key_state import KeyTracker
 from scgmem.core.schema import TokenTrie
 from scgmem.llm.prefix_cache import layout_batch
 from scgmem.llm.sampling import SeededGumbelSampler, TokenLogprobRecorder
@@ -71,8 +72,8 @@ def trie() -> TokenTrie:
 
 
 def test_constraint_masks_on_the_scores_device():
-    proc = SchemaConstraint(trie(), prompt_length=2, terminator=3, eos_ids=EOS, pad_id=0, max_keys=2,
-                            record_logprobs=False)
+    tracker = KeyTracker(trie(), terminator=3, eos_ids=EOS, max_keys=2)
+    proc = SchemaConstraint(tracker, prompt_length=2, pad_id=0, record_logprobs=False)
     # token ids stay on the host here (meta tensors hold no values to walk the trie with)
     for generated in ([], [4], [4, 5], [4, 5, 3]):
         ids = torch.tensor([[7, 7, *generated], [7, 7, *generated]])
@@ -81,7 +82,7 @@ def test_constraint_masks_on_the_scores_device():
 
 
 def test_constraint_records_logprobs_on_cpu_in_one_fetch():
-    proc = SchemaConstraint(trie(), prompt_length=1, terminator=3, eos_ids=EOS, pad_id=0, max_keys=1)
+    proc = SchemaConstraint(KeyTracker(trie(), terminator=3, eos_ids=EOS, max_keys=1), prompt_length=1, pad_id=0)
     scores = torch.log_softmax(torch.randn(1, 8), -1)
     masked = proc(torch.tensor([[7]]), scores)
     assert torch.isinf(masked[0, [0, 3, 5, 6, 7]]).all() and torch.isfinite(masked[0, [1, 2, 4]]).all()

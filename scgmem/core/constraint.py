@@ -1,0 +1,206 @@
+"""Schema-constrained decoding as a logits processor (paper Section 3.3, Eq. 6).
+
+`SchemaConstraint` is a transformers `LogitsProcessor`: for every row of a batch
+(batch * num_beams rows under beam search) it sets the scores of the tokens that would
+leave the schema trie to -inf. The softmax that follows renormalises over the allowed
+tokens (Eq. 6). It serves greedy decoding, seeded sampling and beam search alike.
+
+It is built from three parts, one job each:
+
+* `KeyTracker` (`key_state`): where each row stands in the trie, per generated prefix;
+* `RawLogprobs`: the raw log-prob of each chosen token and of EOS next, under the model's
+  own distribution, before the mask (the renormalised constrained distribution would hide
+  the "perplexity" signal of Section 3.4: a token with no sibling would always score 0);
+* `MaskRows`: the mask row of each decoding situation (trie node, last key or not, keys
+  spent below it), built once per call on the scores' device, so a step only stacks
+  cached rows.
+
+EOS is allowed wherever a key may end, the terminator unless the key is the row's last
+(`max_keys`), and a finished row only pads.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+import torch
+from transformers import LogitsProcessor
+
+from scgmem.core.key_state import DEAD, KeyTracker, RowState, prompt_key
+from scgmem.core.schema import NO_NODE, TokenTrie
+
+FINISHED = ("finished",)  # mask key of a row that chose EOS or left the trie: EOS or pad only
+ALL_KEYS_USED = ("all keys used",)  # a distinct list that holds every key of S: EOS only
+
+
+class RawLogprobs:
+    """Raw log-probs of the chosen tokens and of EOS, one step behind the scores.
+
+    At step t a row's last token was chosen from the scores of step t-1, by the row that
+    held its parent prefix then (beam search reorders rows), so the previous step's scores
+    and their logsumexp are kept.
+
+    Args:
+        eos_ids: the tokens that end the generation (their total is the EOS log-prob).
+        scores_are_logprobs: the scores are already log-probs (transformers' beam search
+            passes log_softmax(logits)), so the logsumexp pass is skipped.
+    """
+
+    def __init__(self, eos_ids: Sequence[int], scores_are_logprobs: bool = False) -> None:
+        self.eos = torch.tensor(sorted({int(i) for i in eos_ids}), dtype=torch.long)  # (n_eos,)
+        self.scores_are_logprobs = scores_are_logprobs
+        self._scores: torch.Tensor | None = None  # previous step's raw scores, (rows, vocab)
+        self._lse: torch.Tensor | None = None  # their logsumexp, (rows,)
+
+    def chosen(self, last: torch.Tensor, parent_rows: list[int]) -> torch.Tensor:
+        """(rows,) raw log-prob of each row's last token (`last`, (rows,)) on the scores' device.
+        Greedy rows keep their index; reordered rows read their parent's row (one index copy)."""
+        last = last.to(self._scores.device)  # (rows,)
+        if parent_rows == list(range(len(parent_rows))):
+            return self._scores.gather(1, last[:, None]).squeeze(1).float() - self._lse
+        prev_rows = torch.tensor(parent_rows, dtype=torch.long).to(self._scores.device)  # (rows,)
+        return self._scores[prev_rows, last].float() - self._lse[prev_rows]
+
+    def observe(self, scores: torch.Tensor) -> torch.Tensor:
+        """(rows,) raw log-prob of ending here with EOS; keeps `scores` for the next step."""
+        self._scores = scores
+        if self.scores_are_logprobs:
+            self._lse = torch.zeros(scores.shape[0], device=scores.device)  # (rows,)
+        else:
+            self._lse = torch.logsumexp(scores.float(), dim=-1)  # (rows,)
+        if self.eos.device != scores.device:
+            self.eos = self.eos.to(scores.device)  # once per call, not once per step
+        return torch.logsumexp(scores[:, self.eos].float(), dim=-1) - self._lse
+
+
+class MaskRows:
+    """The (vocab,) mask row, True = disallowed, of each decoding situation of one call.
+
+    A row's mask depends on its trie node, on whether its key is the last one, and, for
+    distinct lists, on which edges below the node lead only to keys the row already wrote.
+    Each such situation's row is built the first time it occurs, on the scores' device
+    (the trie is fixed during a call), and a step stacks the rows of its states.
+    """
+
+    def __init__(self, tracker: KeyTracker, pad_id: int) -> None:
+        self.tracker = tracker
+        self.trie = tracker.trie
+        self.pad_id = int(pad_id)
+        self._device: torch.device | None = None
+        self._rows: dict[tuple, torch.Tensor] = {}
+
+    def mask(self, states: Sequence[RowState], device: torch.device) -> torch.Tensor:
+        """(rows, vocab) bool, True where a token is disallowed."""
+        if self._device != device:
+            self._device, self._rows = device, {}
+        rows = []
+        for r, state in enumerate(states):
+            situation = self.situation(state)
+            row = self._rows.get(situation)
+            if row is None:
+                row = self._rows[situation] = self._build(situation, r)
+            rows.append(row)
+        return torch.stack(rows)
+
+    def situation(self, state: RowState) -> tuple:
+        """What a row's mask depends on: (node, last key, spent tokens), or FINISHED / ALL_KEYS_USED."""
+        if state.node < 0:
+            return FINISHED
+        trie, spent = self.trie, ()
+        if state.used:
+            if state.node == TokenTrie.ROOT and trie.count(TokenTrie.ROOT) <= state.n_keys:
+                return ALL_KEYS_USED
+            spent = tuple(sorted(trie.token_into(u) for u, c in Counter(state.used).items()
+                                 if trie.parent(u) == state.node and trie.count(u) <= c))
+        ends = trie.child(state.node, self.tracker.terminator) != NO_NODE
+        return state.node, ends and self.tracker.is_last_key(state), spent
+
+    def _build(self, situation: tuple, row: int) -> torch.Tensor:
+        device = self._device
+        eos = torch.tensor(self.tracker.eos_ids, dtype=torch.long).to(device)  # (n_eos,)
+        mask = torch.ones(self.trie.vocab_size, dtype=torch.bool, device=device)  # (vocab,)
+        if situation is FINISHED:
+            mask[eos] = False
+            mask[self.pad_id] = False
+            return mask
+        if situation is ALL_KEYS_USED:
+            mask[eos] = False
+            return mask
+        node, last, spent = situation
+        terminator = self.tracker.terminator
+        if self.trie.num_children(node) == 0:
+            raise RuntimeError(f"schema trie node {node} allows no token (row {row}): the trie holds a key "
+                               f"without the terminator {terminator}")
+        dense = self.trie.dense_allowed(node)
+        if dense is not None:
+            mask = ~dense.to(device)
+        else:
+            mask[self.trie.allowed(node).to(device)] = False
+        if self.trie.child(node, terminator) != NO_NODE:  # a key may end here: with EOS or the terminator
+            mask[eos] = False
+        if last:  # ...but the last key ends with EOS
+            mask[terminator] = True
+        if spent:
+            mask[torch.tensor(spent, dtype=torch.long).to(device)] = True
+            if terminator in spent:
+                mask[eos] = True  # EOS would end the same spent key
+        return mask
+
+
+class SchemaConstraint(LogitsProcessor):
+    """Masks every token that would leave the schema trie (Eq. 6); one per batch.
+
+    Args:
+        tracker: the call's `KeyTracker` (trie, terminator, EOS, max_keys, distinct).
+        prompt_length: padded prompt length of the batch (generated tokens follow it).
+        pad_id: the padding token (allowed, with EOS, in rows that have finished).
+        mask_rows: the call's mask rows (built for this batch alone if None).
+        record_logprobs: record raw log-probs (one logsumexp per step).
+        scores_are_logprobs: see `RawLogprobs`.
+    """
+
+    def __init__(self, tracker: KeyTracker, prompt_length: int, *, pad_id: int, mask_rows: MaskRows | None = None,
+                 record_logprobs: bool = True, scores_are_logprobs: bool = False) -> None:
+        if prompt_length < 0:
+            raise ValueError(f"prompt_length must be >= 0, got {prompt_length}")
+        self.tracker = tracker
+        self.prompt_length = prompt_length
+        self.pad_id = int(pad_id)
+        self.mask_rows = mask_rows if mask_rows is not None else MaskRows(tracker, pad_id)
+        self.logprobs = RawLogprobs(tracker.eos_ids, scores_are_logprobs) if record_logprobs else None
+        self._pids: list[int] = []  # row -> prompt id in the tracker
+        self.dead_rows = 0  # rows that left the trie (beam filler), counted
+
+    def _raw_logprobs(self, generated: torch.Tensor, parent_rows: list[int] | None,
+                      scores: torch.Tensor) -> tuple[list[float], list[float]]:
+        """Per row: raw log-prob of its last token, and of EOS next (zeros when not recorded)."""
+        rows = scores.shape[0]
+        if self.logprobs is None:
+            return [0.0] * rows, [0.0] * rows
+        chosen = None if parent_rows is None else self.logprobs.chosen(generated[:, -1], parent_rows)
+        eos = self.logprobs.observe(scores)
+        fetched = torch.cat([eos] if chosen is None else [chosen, eos]).tolist()  # one device-to-host copy
+        return fetched[:-rows], fetched[-rows:]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        rows, vocab = scores.shape  # rows = batch * num_beams
+        if vocab != self.tracker.trie.vocab_size:
+            raise ValueError(f"scores have {vocab} columns but the schema trie was built for vocab_size="
+                             f"{self.tracker.trie.vocab_size}")
+        generated = input_ids[:, self.prompt_length:]  # (rows, g)
+        gen = generated.tolist()
+        if generated.shape[1] == 0:
+            self._pids = [self.tracker.prompt_id(prompt_key(row, self.pad_id))
+                          for row in input_ids[:, :self.prompt_length].tolist()]  # (rows, prompt_length)
+            parents = None
+        else:
+            parents = self.tracker.parents(self._pids, gen)
+        raw, eos_lp = self._raw_logprobs(generated, None if parents is None else [p[1] for p in parents], scores)
+        if parents is None:
+            states = [RowState(TokenTrie.ROOT)] * rows
+        else:
+            position = len(gen[0]) - 1
+            states = [self.tracker.step(p[0], row[-1], lp, position) for p, row, lp in zip(parents, gen, raw)]
+        self.tracker.remember(self._pids, gen, states, eos_lp)
+        self.dead_rows += sum(1 for s in states if s.node == DEAD)
+        return scores.masked_fill(self.mask_rows.mask(states, scores.device), float("-inf"))
