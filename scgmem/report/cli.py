@@ -4,6 +4,7 @@
     scgmem-report table2 --runs results/runs/multirun/2026-12-02_11-00-00
     scgmem-report fig3 --out results     # -> results/figures/fig3.{png,pdf,csv}
     scgmem-report all                    # each experiment's newest sweep; skips those never run
+    scgmem-report merge --out DIR RUN_A RUN_B   # shards of one run (split by data.samples) -> one run
 
 Tables go to <out>/tables/ (table1.md/.csv/.tex and table1_paired.csv), figures to
 <out>/figures/. `table1` also draws the cost-vs-F1 chart of its runs. Exit code 2 with one
@@ -28,6 +29,7 @@ HELP = {"table1": "Table 1 beside the paper, CIs, paired bootstrap; and the cost
         "fig3": "Figure 3: F1 and BLEU-1 per category against k",
         "fig4": "Figure 4: F1 and BLEU-1 per category by association hops",
         "all": "all of the above, each from its experiment's newest sweep",
+        "merge": "merge the run directories of one command sharded by data.samples into one",
         "costs": "one row per run: scores, evidence recall, seconds, LLM calls and tokens, deviations"}
 
 
@@ -89,6 +91,9 @@ def parser() -> argparse.ArgumentParser:
     costs.add_argument("--runs", action="append", required=True,
                        help="a directory holding runs (searched recursively); repeat for several")
     costs.add_argument("--out", default="results", help="the table goes to OUT/tables (default: %(default)s)")
+    merge = sub.add_parser("merge", help=HELP["merge"])
+    merge.add_argument("runs", nargs="+", help="the shards' run directories (each holding summary.json)")
+    merge.add_argument("--out", required=True, help="the new run directory (must not hold a run)")
     for name in (*EXPERIMENTS, "all"):
         s = sub.add_parser(name, help=HELP[name])
         if name != "all":
@@ -112,14 +117,23 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "merge":
+        from scgmem.report.merge import MergeError, merge_runs
+        try:
+            print(merge_runs([Path(d) for d in args.runs], Path(args.out)))
+        except MergeError as e:
+            print(f"error: merge: {e}", file=sys.stderr)
+            return 2
+        return 0
     if args.command == "costs":
         from scgmem.report.costs import write_costs
         try:
             runs = [run for d in args.runs for run in collect(d)]
-        except NoRunsError as e:
+            paths = write_costs(runs, Path(args.out) / "tables")
+        except (NoRunsError, ValueError) as e:
             print(f"error: costs: {e}", file=sys.stderr)
             return 2
-        for path in write_costs(runs, Path(args.out) / "tables"):
+        for path in paths:
             print(path)
         return 0
     experiments = EXPERIMENTS if args.command == "all" else (args.command,)

@@ -1,0 +1,129 @@
+"""Merge the run directories of one command sharded over conversations into one run directory.
+
+On a CPU, two 1-thread processes use two cores far better than one 2-thread process (see
+docs/performance.md), so a full LoCoMo run is launched as shards that differ only in
+`data.samples`. This puts their halves back together as if one process had run:
+
+    scgmem-report merge --out results/embedded/locomo_full RUN_A RUN_B
+
+Predictions are concatenated (sample, then question order) and scored again from the records;
+token counts, LLM calls, seconds and counters are summed; each shard's memory exports are
+copied. Shards must agree on every setting except `data.samples` and the run directory, and
+must not share a conversation: anything else is a one-line error naming the file and field.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from scgmem.report.merge_fields import add_numbers, check_same_settings, merged_data_info
+
+SUMMARY = "summary.json"
+PREDICTIONS = "predictions.jsonl"
+
+
+class MergeError(ValueError):
+    """A shard that cannot be merged; the message names the file and field."""
+
+
+def _natural_key(sample_id: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", sample_id))
+
+
+def _load_shard(run_dir: Path) -> tuple[dict, list[dict]]:
+    summary_path, pred_path = run_dir / SUMMARY, run_dir / PREDICTIONS
+    if not summary_path.is_file():
+        raise MergeError(f"{summary_path}: missing (has the shard finished?)")
+    if not pred_path.is_file():
+        raise MergeError(f"{pred_path}: missing")
+    try:
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise MergeError(f"{summary_path}: not JSON ({e})") from None
+    records = []
+    for number, line in enumerate(pred_path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise MergeError(f"{pred_path}: line {number} is not JSON") from None
+    if len(records) != summary.get("n_questions"):
+        raise MergeError(f"{summary_path}: field n_questions is {summary.get('n_questions')} but "
+                         f"{pred_path} holds {len(records)} predictions")
+    return summary, records
+
+
+def merge_summaries(shards: list[tuple[Path, dict]], records: list[dict]) -> dict:
+    """One summary from the shards' summaries and the merged records (scores recomputed)."""
+    from scgmem.scoring.answer_format import unparsed_count
+    from scgmem.scoring.metrics import aggregate
+    from scgmem.harness.summary import context_length
+
+    paths = [p for p, _ in shards]
+    summaries = [s for _, s in shards]
+    check_same_settings(shards, MergeError)
+    first = summaries[0]
+    categories = {int(k): v for k, v in first["category_mapping"].items()}
+    scores = aggregate(records, categories)
+    counts = add_numbers([s.get("structural_hallucination_counts") or {} for s in summaries])
+    n = len(records)
+    timing = add_numbers([s.get("timing") or {} for s in summaries])
+    timing.pop("answer_s_per_question", None)
+    if n and "answer_s" in timing:
+        timing["answer_s_per_question"] = round(timing["answer_s"] / n, 4)
+    merged = dict(first)
+    merged.update({
+        "n_questions": n,
+        "categories": scores["categories"],
+        "average": scores["average"],
+        "overall_weighted": scores["overall_weighted"],
+        "answer_format": {"format": (first.get("answer_format") or {}).get("format"),
+                          **(unparsed_count(records) or {})},
+        "structural_hallucination_counts": counts or None,
+        "structural_hallucination_rate": (counts["outside_schema"] / counts["generated"]
+                                          if counts.get("generated") else (0.0 if counts else None)),
+        "timing": timing,
+        "tokens": add_numbers([s.get("tokens") or {} for s in summaries]),
+        "context": context_length(records),
+        "deviations": add_numbers([s.get("deviations") or {} for s in summaries]),
+        "method_stats": {part: {k: v for s in summaries for k, v in (s.get("method_stats") or {}).get(part, {}).items()}
+                         for part in ("ingest", "final")},
+        "data": merged_data_info(summaries),
+        "merged_from": [{"run_dir": str(p), "n_questions": s["n_questions"],
+                         "samples": (s.get("data") or {}).get("samples"), "timing": s.get("timing")}
+                        for p, s in zip(paths, summaries)],
+    })
+    if "outputs_cut_at_cap" in first:
+        merged["outputs_cut_at_cap"] = add_numbers([s.get("outputs_cut_at_cap") or {} for s in summaries])
+    return merged
+
+
+def merge_runs(run_dirs: list[Path], out_dir: Path) -> Path:
+    """Write OUT_DIR/{summary.json, predictions.jsonl, memory/}; returns the summary's path."""
+    if len(run_dirs) < 2:
+        raise MergeError("merge: give at least two run directories")
+    out_dir = Path(out_dir)
+    if (out_dir / SUMMARY).exists() or (out_dir / PREDICTIONS).exists():
+        raise MergeError(f"{out_dir}: already holds a run; merge into a new directory")
+    loaded = [(Path(d), *_load_shard(Path(d))) for d in run_dirs]
+    owner: dict[str, Path] = {}
+    for path, _, records in loaded:
+        for sample_id in {r["sample_id"] for r in records}:
+            if sample_id in owner:
+                raise MergeError(f"{path / PREDICTIONS}: sample_id {sample_id} is also in {owner[sample_id] / PREDICTIONS}")
+            owner[sample_id] = path
+    records = sorted((r for _, _, rs in loaded for r in rs),
+                     key=lambda r: (_natural_key(r["sample_id"]), r["qa_index"]))
+    summary = merge_summaries([(p, s) for p, s, _ in loaded], records)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for path, _, _ in loaded:
+        if (path / "memory").is_dir():
+            shutil.copytree(path / "memory", out_dir / "memory", dirs_exist_ok=True)
+    with open(out_dir / PREDICTIONS, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    summary_path = out_dir / SUMMARY
+    summary_path.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return summary_path

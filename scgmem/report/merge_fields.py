@@ -1,0 +1,62 @@
+"""Field rules for merging shards of one run: what must agree, what adds up."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+# Summary fields that fix what a number means; shards must agree on every one of them.
+SAME_FIELDS = ("method", "model", "protocol", "protocol_settings", "seed", "category_mapping", "generation", "versions")
+
+
+def add_numbers(parts: list[dict]) -> dict:
+    """Sum numeric leaves of nested dicts; a non-numeric leaf keeps its first value."""
+    out: dict = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, dict):
+                out[key] = add_numbers([out.get(key) or {}, value])
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                prior = out.get(key, 0)
+                out[key] = prior + value if isinstance(prior, (int, float)) else value
+            else:
+                out.setdefault(key, value)
+    return out
+
+
+def _config_without_samples(summary: dict) -> dict:
+    config = copy.deepcopy(summary.get("config") or {})
+    (config.get("data") or {}).pop("samples", None)
+    return config
+
+
+def _first_difference(a, b, where: str) -> str | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            found = _first_difference(a.get(key), b.get(key), f"{where}.{key}")
+            if found:
+                return found
+        return None
+    return None if a == b else where
+
+
+def check_same_settings(shards: list[tuple[Path, dict]], error: type[Exception]) -> None:
+    """Raise `error` naming the file and the first field where a shard differs from the first."""
+    first_path, first = shards[0]
+    for path, summary in shards[1:]:
+        for field in SAME_FIELDS:
+            where = _first_difference(first.get(field), summary.get(field), field)
+            if where:
+                raise error(f"{path / 'summary.json'}: field {where} differs from {first_path / 'summary.json'}")
+        where = _first_difference(_config_without_samples(first), _config_without_samples(summary), "config")
+        if where:
+            raise error(f"{path / 'summary.json'}: field {where} differs from {first_path / 'summary.json'}")
+
+
+def merged_data_info(summaries: list[dict]) -> dict:
+    """The first shard's data block with the union of samples (in shard order)."""
+    data = copy.deepcopy(summaries[0].get("data") or {})
+    samples: list[str] = []
+    for s in summaries:
+        samples.extend((s.get("data") or {}).get("samples") or [])
+    data["samples"] = samples
+    return data

@@ -1,0 +1,58 @@
+"""scgmem-report merge: shards of one command (split by data.samples) give the run one process gives."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scgmem.report.cli import main as report_main
+from scgmem.report.merge import MergeError, merge_runs
+from tests.test_run_e2e import comparable, records, scgmem_run
+
+SLICE = ["method=last_turns", "method.k=5", "data.questions_per_category=1", "run.progress=false",
+         "run.use_memory_cache=false"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("merge")
+    scgmem_run(*SLICE, "data.samples=[conv-26,conv-30]", f"hydra.run.dir={root / 'whole'}")
+    scgmem_run(*SLICE, "data.samples=[conv-30]", f"hydra.run.dir={root / 'b'}")
+    scgmem_run(*SLICE, "data.samples=[conv-26]", f"hydra.run.dir={root / 'a'}")
+    return root
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def test_merged_shards_equal_one_process(runs):
+    assert report_main(["merge", "--out", str(runs / "merged"), str(runs / "b"), str(runs / "a")]) == 0
+    whole, merged = summary(runs / "whole"), summary(runs / "merged")
+    assert comparable(records(runs / "merged")) == comparable(records(runs / "whole"))
+    assert [r["sample_id"] for r in records(runs / "merged")][0] == "conv-26"  # sample order, not argument order
+    for field in ("n_questions", "categories", "average", "overall_weighted", "context"):
+        assert merged[field] == whole[field], field
+    for phase, counts in whole["tokens"].items():
+        assert merged["tokens"][phase] == counts, phase
+    assert merged["data"]["samples"] == ["conv-30", "conv-26"]
+    assert [m["n_questions"] for m in merged["merged_from"]] == [4, 4]
+
+
+def test_overlapping_or_different_shards_are_refused(runs, tmp_path, capsys):
+    with pytest.raises(MergeError, match="sample_id conv-26 is also in"):
+        merge_runs([runs / "a", runs / "whole"], tmp_path / "x")
+    other = tmp_path / "other"
+    other.mkdir()
+    changed = summary(runs / "b")
+    changed["config"]["method"]["k"] = 7
+    (other / "summary.json").write_text(json.dumps(changed))
+    (other / "predictions.jsonl").write_text((runs / "b" / "predictions.jsonl").read_text())
+    with pytest.raises(MergeError, match=r"summary.json: field config.method.k differs"):
+        merge_runs([runs / "a", other], tmp_path / "y")
+    (other / "summary.json").write_text("{")
+    assert report_main(["merge", "--out", str(tmp_path / "z"), str(runs / "a"), str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "other/summary.json: not JSON" in err
+    assert not (tmp_path / "z").exists()  # nothing written on error
