@@ -2,7 +2,7 @@
 
 A broken YAML (a typo in a key, a value the class does not take, a `_target_` that moved) should
 fail `make test`, not a user's sweep hours later. Nodes whose construction is cheap and offline
-(methods with the scripted LLM, protocols, loggers, the bundled embedder) are instantiated for real;
+(methods with the scripted LLM, protocols, loggers, data sources, the bundled embedder) are instantiated for real;
 model nodes name hub weights this machine cannot fetch, so for them the target is resolved and its
 signature is bound to the node's values, which is every check `instantiate` makes before loading.
 """
@@ -91,10 +91,8 @@ def test_embedder_config(name):
 
 @pytest.mark.parametrize("name", _files("data"))
 def test_data_config(name):
-    node = _compose([f"data={name}"]).data
-    if "_target_" in node:
-        _bind(node)
-    assert set(node.scored_categories) <= {int(k) for k in node.categories}, f"configs/data/{name}.yaml"
+    source = instantiate(_compose([f"data={name}"]).data)  # checks the values; the file is read by load()
+    assert source.scored and callable(source.load), f"configs/data/{name}.yaml"
 
 
 @pytest.mark.parametrize("group,name", [(g, n) for g in ADDED for n in _files(g)])

@@ -196,3 +196,59 @@ def scored_questions(conv: Conversation, categories: dict[int, str], per_categor
         taken[q.category] = taken.get(q.category, 0) + 1
         out.append(q)
     return out
+
+
+def _positive_int_or_none(value, field: str) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+        raise DataError(f"data.{field} must be a positive int, got {value!r}")
+    return value
+
+
+class LoCoMoSource:
+    """`configs/data/locomo.yaml`: the slice of LoCoMo a run uses. The values are checked when
+    the config is instantiated, before any model loads; `load()` reads the file.
+
+    Args:
+        path: locomo10.json.
+        samples: sample ids to keep, in this order (None = all ten).
+        max_sessions: keep the first N sessions of each, and the questions whose evidence lies inside.
+        questions_per_category: the first N scored questions of each category per conversation.
+        categories: category number (1-5) -> name.
+        scored_categories: the category numbers that are scored (keys of `categories`).
+    """
+
+    def __init__(self, path: str | Path, samples=None, max_sessions: int | None = None,
+                 questions_per_category: int | None = None, categories=None, scored_categories=None) -> None:
+        if samples is not None and (isinstance(samples, str) or not all(isinstance(s, str) for s in samples)):
+            raise DataError(f"data.samples must be a list of sample ids such as [conv-26], got {samples!r}")
+        self.path = str(path)
+        self.samples = list(samples) if samples is not None else None
+        self.max_sessions = _positive_int_or_none(max_sessions, "max_sessions")
+        self.questions_per_category = _positive_int_or_none(questions_per_category, "questions_per_category")
+        names = dict(OFFICIAL_CATEGORIES if categories is None else categories)
+        bad = [k for k in names if str(k) not in {str(c) for c in OFFICIAL_CATEGORIES}]
+        if bad:
+            raise DataError(f"data.categories: category numbers are 1-5, got {bad}")
+        self.categories = {int(k): str(v) for k, v in names.items()}
+        scored = list(self.categories if scored_categories is None else scored_categories)
+        unknown = [c for c in scored if str(c) not in {str(k) for k in self.categories}]
+        if unknown:
+            raise DataError(f"data.scored_categories: {unknown} not in data.categories {sorted(self.categories)}")
+        self.scored_categories = [int(c) for c in scored]
+
+    @property
+    def scored(self) -> dict[int, str]:
+        """The scored categories, number -> name."""
+        return {c: self.categories[c] for c in self.scored_categories}
+
+    def load(self) -> tuple[list[Conversation], LoadReport]:
+        """The selected conversations (DataError names the file, sample and field) and the quirks met."""
+        conversations, report = load_locomo(self.path)
+        return select(conversations, self.samples, self.max_sessions, source=self.path), report
+
+    def summary_info(self, conversations: list[Conversation], report: LoadReport) -> dict:
+        """The `data` block of summary.json, with the turns each conversation's memory ingested."""
+        turns = {c.sample_id: len(c.turns) for c in conversations}
+        return {"path": self.path, "samples": [c.sample_id for c in conversations], "max_sessions": self.max_sessions,
+                "questions_per_category": self.questions_per_category, "load_report": report.as_dict(),
+                "ingested_turns": turns, "ingested_turns_total": sum(turns.values())}

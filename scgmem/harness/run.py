@@ -23,7 +23,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from scgmem.data.locomo import DataError, load_locomo, select
+from scgmem.data.locomo import DataError
 from scgmem.harness.cache import MemoryCache
 from scgmem.harness.pipeline import Pipeline, check_run_settings
 from scgmem.harness.records import write_json_atomic
@@ -99,16 +99,9 @@ def evaluate(cfg: DictConfig) -> dict:
     """Run one configuration end to end; returns the summary (also written to summary.json)."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     choices = HydraConfig.get().runtime.choices
-    conversations, load_report = load_locomo(cfg.data.path)
-    conversations = select(conversations, cfg.data.samples, cfg.data.max_sessions, source=str(cfg.data.path))
-    names = {int(k): str(v) for k, v in cfg.data.categories.items()}
-    unknown = [c for c in cfg.data.scored_categories if int(c) not in names]
-    if unknown:
-        raise UsageError(f"data.scored_categories: {unknown} not in data.categories {sorted(names)}")
-    categories = {int(c): names[int(c)] for c in cfg.data.scored_categories}
-    qpc = cfg.data.questions_per_category
-    if qpc is not None and (not isinstance(qpc, int) or qpc <= 0):
-        raise UsageError(f"data.questions_per_category must be a positive int, got {qpc!r}")
+    data = _instantiate(cfg.data, f"data={choices.get('data')}")
+    conversations, load_report = data.load()
+    categories = data.scored
     parallel = cfg.run.get("parallel_conversations", 1)
     try:
         check_run_settings(cfg.run.answer_batch_size, parallel)
@@ -134,16 +127,14 @@ def evaluate(cfg: DictConfig) -> dict:
         method_factory=lambda conversation_llm: instantiate(cfg.method, llm=conversation_llm, embedder=embedder),
         run_dir=run_dir, cache=MemoryCache(Path(cfg.run.cache_dir), cfg.run.use_memory_cache), seed=cfg.seed,
         answer_batch_size=cfg.run.answer_batch_size, answer_margin_tokens=cfg.run.answer_margin_tokens,
-        questions_per_category=qpc, progress=cfg.run.progress,
+        questions_per_category=data.questions_per_category, progress=cfg.run.progress,
         parallel_conversations=parallel,
     )
     records = pipeline.run(conversations)
     summary = build_summary(
         records=records, state=pipeline.state, method_name=method_name, model_name=llm.name, protocol=protocol,
         categories=categories, seed=cfg.seed,
-        data_info={"path": str(cfg.data.path), "samples": [c.sample_id for c in conversations],
-                   "max_sessions": cfg.data.max_sessions, "questions_per_category": qpc,
-                   "load_report": load_report.as_dict()},
+        data_info=data.summary_info(conversations, load_report),
         llm_usage=llm.usage.snapshot(), config=OmegaConf.to_container(cfg, resolve=True),
     )
     summary["timing"]["model_load_s"] = round(load_s, 3)

@@ -13,8 +13,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from scgmem.harness.records import write_json_atomic
 
-# Settings that never change a prediction, so a resumed run may differ in them.
-IGNORED = {("run", "progress"), ("run", "cache_dir"), ("run", "use_memory_cache"), ("logger",)}
+# Settings that never change a prediction, so a resumed run may differ in them
+# (data._target_ names the class that reads the file, not what is read).
+IGNORED = {("run", "progress"), ("run", "cache_dir"), ("run", "use_memory_cache"), ("logger",), ("data", "_target_")}
 
 
 class RunDirMismatch(RuntimeError):

@@ -5,24 +5,31 @@
 Per category: F1 / BLEU-1 / evidence recall. Costs: ingest seconds (counted whether the memory
 was built in this run or loaded from the cache: `timing.ingest_s`), answering seconds per
 question (recall + answer), LLM calls and tokens (prompt + generated) per ingested turn and per
-question, and the fallbacks each method counted (`deviations`). Ingested turns are recounted
-from the run's own data slice, so a run and its table cannot disagree on them.
+question, and the fallbacks each method counted (`deviations`). Ingested turns are the runner's
+own count (summary.json `data.ingested_turns`), so a run and its table cannot disagree on them.
 """
 from __future__ import annotations
 
 import csv
 from pathlib import Path
 
-from scgmem.data.locomo import load_locomo, select
-from scgmem.report.collect import Run
+from scgmem.report.collect import SUMMARY, Run
 
 QUESTION_PHASES = ("recall", "answer")
 
 
-def ingested_turns(summary: dict) -> int:
-    data = summary.get("data") or {}
-    convs, _ = load_locomo(data["path"])
-    return sum(len(c.turns) for c in select(convs, data.get("samples"), data.get("max_sessions")))
+def ingested_turns(run: Run) -> int:
+    """Turns ingested over the run's conversations, from summary.json `data.ingested_turns`."""
+    data = run.summary.get("data") or {}
+    per_conversation = data.get("ingested_turns")
+    where = run.run_dir / SUMMARY
+    if not isinstance(per_conversation, dict):
+        raise ValueError(f"{where}: no field data.ingested_turns (turns per conversation); "
+                         "rerun it with the current scgmem-run to get its costs")
+    missing = [s for s in data.get("samples") or [] if s not in per_conversation]
+    if missing:
+        raise ValueError(f"{where}: field data.ingested_turns has no count for sample(s) {missing}")
+    return sum(int(per_conversation[s]) for s in data.get("samples") or per_conversation)
 
 
 def _phase(tokens: dict, phases) -> tuple[int, int]:
@@ -34,7 +41,7 @@ def _phase(tokens: dict, phases) -> tuple[int, int]:
 
 def cost_row(run: Run) -> dict:
     s = run.summary
-    turns = ingested_turns(s)
+    turns = ingested_turns(run)
     n = s["n_questions"]
     tokens = s.get("tokens") or {}
     ingest_calls, ingest_tokens = _phase(tokens, ("ingest",))

@@ -1,9 +1,12 @@
 """The LoCoMo loader: the real file's facts and quirks, slicing, and structural errors."""
 import json
+from pathlib import Path
 
 import pytest
 
-from scgmem.data.locomo import DataError, load_locomo, scored_questions, select
+from scgmem.data.locomo import DataError, LoCoMoSource, load_locomo, scored_questions, select
+
+ROOT = Path(__file__).resolve().parents[2]
 
 OFFICIAL = {1: "multi_hop", 2: "temporal", 4: "single_hop", 5: "adversarial"}
 
@@ -106,3 +109,50 @@ def test_integer_answer_is_cast(tmp_path):
     path.write_text(json.dumps(_sample()))
     convs, report = load_locomo(path)
     assert convs[0].qa[0].answer == "3" and report.integer_answers == 1
+
+
+# ---------------------------------------------------------------------------- configs/data/locomo.yaml
+def _source(*overrides: str):
+    """The data node as the runner instantiates it, with these command-line overrides."""
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(overrides))
+    return instantiate(cfg.data)
+
+
+def test_the_data_config_selects_as_the_cli_says(locomo_path):
+    source = _source(f"data.path={locomo_path}", "data.samples=[conv-30,conv-26]", "data.max_sessions=1",
+                     "data.questions_per_category=1")
+    assert isinstance(source, LoCoMoSource)
+    convs, report = source.load()
+    expected = select(load_locomo(locomo_path)[0], ["conv-30", "conv-26"], max_sessions=1)
+    assert convs == expected and report.as_dict()["integer_answers"] > 0
+    assert source.scored == OFFICIAL and source.questions_per_category == 1
+    info = source.summary_info(convs, report)
+    turns = {c.sample_id: len(c.sessions[0].turns) for c in expected}
+    assert info["samples"] == ["conv-30", "conv-26"] and info["ingested_turns"] == turns
+    assert info["ingested_turns_total"] == sum(turns.values()) > 0
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("data.max_sessions=-1", "data.max_sessions must be a positive int, got -1"),
+    ("data.max_sessions=abc", "data.max_sessions must be a positive int"),
+    ("data.questions_per_category=0", "data.questions_per_category must be a positive int, got 0"),
+    ("data.samples=conv-26", "data.samples must be a list of sample ids"),
+    ("data.scored_categories=[1,7]", "data.scored_categories: [7] not in data.categories"),
+    ("+data.categories.9=extra", "data.categories: category numbers are 1-5, got ['9']"),
+])
+def test_bad_data_values_are_one_line_naming_the_field(override, needle):
+    from hydra.errors import InstantiationException
+
+    with pytest.raises(InstantiationException) as caught:
+        _source(override)
+    cause = caught.value.__cause__
+    assert isinstance(cause, DataError) and needle in str(cause) and "\n" not in str(cause)
+
+
+def test_an_unknown_sample_names_the_field_when_loaded(locomo_path):
+    with pytest.raises(DataError, match=r"data.samples names unknown sample\(s\) \['conv-0'\]"):
+        _source(f"data.path={locomo_path}", "data.samples=[conv-0]").load()

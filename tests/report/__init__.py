@@ -28,8 +28,10 @@ def rec(sample_id: str, qa_index: int, category: int, f1: float, bleu1: float | 
 
 def write_run(run_dir: Path, *, model: str, method: str, records: list[dict], method_cfg: dict | None = None,
               overrides: list[str] | None = None, tokens: dict | None = None, timing: tuple[float, float] = (0.0, 0.0),
-              samples: list[str] | None = None, questions_per_category: int | None = 2) -> Path:
+              samples: list[str] | None = None, questions_per_category: int | None = 2,
+              ingested_turns: dict[str, int] | None = None) -> Path:
     run_dir = Path(run_dir)
+    turns = ingested_turns if ingested_turns is not None else {s: 100 for s in samples or ["conv-1"]}
     (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
     config = {"model": {"name": model}, "method": {"_target_": f"fake.{method}", **(method_cfg or {})},
               "data": {"samples": samples or ["conv-1"], "questions_per_category": questions_per_category},
@@ -43,7 +45,8 @@ def write_run(run_dir: Path, *, model: str, method: str, records: list[dict], me
         records=records, state=state, method_name=method, model_name=model, protocol=protocol,
         categories=CATEGORIES, seed=0,
         data_info={"path": "data/locomo10.json", "samples": samples or ["conv-1"], "max_sessions": None,
-                   "questions_per_category": questions_per_category, "load_report": {}},
+                   "questions_per_category": questions_per_category, "load_report": {},
+                   "ingested_turns": turns, "ingested_turns_total": sum(turns.values())},
         llm_usage=usage,
         config=config)
     (run_dir / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
