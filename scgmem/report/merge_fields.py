@@ -53,10 +53,14 @@ def check_same_settings(shards: list[tuple[Path, dict]], error: type[Exception])
 
 
 def merged_data_info(summaries: list[dict]) -> dict:
-    """The first shard's data block with the union of samples (in shard order)."""
+    """The first shard's data block with the union of samples (in shard order) and of their turn counts."""
     data = copy.deepcopy(summaries[0].get("data") or {})
     samples: list[str] = []
+    turns: dict[str, int] = {}
     for s in summaries:
         samples.extend((s.get("data") or {}).get("samples") or [])
+        turns.update((s.get("data") or {}).get("ingested_turns") or {})
     data["samples"] = samples
+    if turns:
+        data["ingested_turns"], data["ingested_turns_total"] = turns, sum(turns.values())
     return data
