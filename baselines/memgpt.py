@@ -90,7 +90,7 @@ class MemGPT(MemoryMethod):
                            ("step_tokens", step_tokens), ("keep_last", keep_last)):
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"method.{arg} must be a positive integer, got {value!r}")
-        llm_window = getattr(llm, "context_window", window)
+        llm_window = llm.context_window
         if window > llm_window:
             log.warning("MemGPT window %d exceeds the LLM's context window %d; using %d",
                         window, llm_window, llm_window)
