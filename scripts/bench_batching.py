@@ -11,7 +11,10 @@ method computes, only how its requests meet. SCG-Mem's constrained calls need a 
 tokenizer and logits: they decode on the tiny random Llama of tests/tiny_model.py, its free
 calls are scripted. `generate_calls` counts calls of the real `generate` (the front's
 merged calls); `mean_rows_per_call` is prompts per call (the backend may still split a call
-into batches of `model.batch_size`).
+into batches of `model.batch_size`). `prefilled_tokens` is what a model with the prefix cache
+would prefill for those calls, split as `LLM.generate` splits them on a Table 1 config
+(scgmem.llm.batch_plan.PrefillCounter; the scripted model's tokens are words), with rows
+grouped by shared prefix, and `prefilled_tokens_ungrouped` with plain length-sorted batches.
 
 `amem_timing` (embedded SmolLM2-135M, real decoding) is separate and slow: A-MEM's ingest of
 sessions 1-2 of four conversations, four side by side vs one after another:
@@ -84,6 +87,30 @@ def h200_hours(methods: dict, width_key: str, step_s: float = 0.025, prefill_tok
     return round(models * total / 3600, 2)
 
 
+def count_prefill(model) -> dict:
+    """Feed every `generate` call of `model` to two prefill counters (rows grouped by shared
+    prefix, and plain length-sorted batches), with the batching limits of a Table 1 config."""
+    from omegaconf import OmegaConf
+
+    from scgmem.llm.batch_plan import PrefillCounter
+
+    config = OmegaConf.load(ROOT / "configs" / "model" / "qwen2.5-3b.yaml")
+    limits = dict(batch_size=config.batch_size, max_batch_tokens=config.max_batch_tokens,
+                  min_tokens=config.prefix_cache_min_tokens, cache_tokens=config.prefix_cache_max_tokens)
+    counters = {"prefilled_tokens": PrefillCounter(**limits),
+                "prefilled_tokens_ungrouped": PrefillCounter(group_prefixes=False, **limits)}
+    generate = model.generate
+
+    def counted(prompts, **kwargs):
+        rows = [model.encode(p) for p in prompts]
+        for counter in counters.values():
+            counter.add(prompts, rows, kwargs.get("max_new_tokens", 64), kwargs.get("num_beams", 1))
+        return generate(prompts, **kwargs)
+
+    model.generate = counted
+    return counters
+
+
 def count_pass(method: str, conversations, parallel: int, tmp: Path, questions_per_category=None) -> dict:
     from tests.test_batching import fake_pipeline
 
@@ -91,6 +118,7 @@ def count_pass(method: str, conversations, parallel: int, tmp: Path, questions_p
     pipeline = fake_pipeline(method, tmp / f"{method}-{parallel}", parallel=parallel, llm=llm,
                              questions_per_category=questions_per_category)
     pipeline.front.shapes = []
+    prefill = count_prefill(pipeline.front.llm)
     start = time.perf_counter()
     records = pipeline.run(conversations)
     calls, rows = pipeline.front.calls, pipeline.front.rows
@@ -101,6 +129,8 @@ def count_pass(method: str, conversations, parallel: int, tmp: Path, questions_p
             **decode_steps(pipeline.front.shapes),
             "decode_steps_bound_max_batch_tokens_131072": decode_steps(pipeline.front.shapes, 16, 131072)[
                 "decode_steps_bound"],
+            "prompt_tokens": prefill["prefilled_tokens"].prompt_tokens,
+            **{name: counter.prefilled_tokens for name, counter in prefill.items()},
             "questions": len(records), "wall_s": round(time.perf_counter() - start, 1)}
 
 
@@ -114,9 +144,11 @@ def bench_batching(quick: bool = False, methods=METHODS, widths=(1, 10)) -> dict
         for method in methods:
             out["methods"][method] = {f"parallel_{w}": count_pass(method, conversations, w, Path(tmp), qpc)
                                       for w in widths}
+            by_width = out["methods"][method]
+            by_width["prefill_ratio"] = prefill_ratios(by_width, widths)
             print(f"batching {method}: " + ", ".join(
-                f"{k} {v['generate_calls']} calls x {v['mean_rows_per_call']} rows"
-                for k, v in out["methods"][method].items()), flush=True)
+                f"{k} {v['generate_calls']} calls x {v['mean_rows_per_call']} rows, {v['prefilled_tokens']} prefilled"
+                for k, v in by_width.items() if k.startswith("parallel_")) + f"; {by_width['prefill_ratio']}", flush=True)
     table1 = {m: v for m, v in out["methods"].items() if m in TABLE1_METHODS}
     if not quick and set(table1) == set(TABLE1_METHODS):
         out["table1_h200_hours_estimate"] = {
@@ -125,6 +157,13 @@ def bench_batching(quick: bool = False, methods=METHODS, widths=(1, 10)) -> dict
             "parallel_10_max_batch_tokens_131072": h200_hours(
                 table1, "parallel_10", steps_key="decode_steps_bound_max_batch_tokens_131072")}
     return out
+
+
+def prefill_ratios(by_width: dict, widths) -> dict:
+    """Prefilled tokens at the widest width / at width 1, with rows grouped by shared prefix
+    (as `LLM.generate` does) and without (plain length-sorted batches)."""
+    low, high = by_width[f"parallel_{min(widths)}"], by_width[f"parallel_{max(widths)}"]
+    return {key: round(high[key] / max(1, low[key]), 3) for key in ("prefilled_tokens", "prefilled_tokens_ungrouped")}
 
 
 def amem_timing(width: int = 4, sessions: int = 2) -> dict:
@@ -168,9 +207,14 @@ def report_rows(result: dict) -> list[tuple]:
     rows = []
     for method, by_width in result.get("methods", {}).items():
         for key, v in by_width.items():
+            if not key.startswith("parallel_"):
+                continue
             rows.append((f"{method} {key}: generate calls", v["generate_calls"], ""))
             rows.append((f"{method} {key}: mean rows per call", v["mean_rows_per_call"],
                          ">= 8" if key == "parallel_10" else ""))
+        if "prefill_ratio" in by_width:
+            rows.append((f"{method}: prefilled tokens, parallel 10 / parallel 1", by_width["prefill_ratio"][
+                "prefilled_tokens"], "~1"))
     if "table1_h200_hours_estimate" in result:
         est = result["table1_h200_hours_estimate"]
         rows.append(("Table 1 H200-hours (estimate), parallel 1", est["parallel_1"], ""))

@@ -26,10 +26,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList, StoppingCriteriaList
 from transformers.generation.stopping_criteria import StopStringCriteria
 
+from scgmem.llm.batch_plan import split_call
 from scgmem.llm.chat_template import DEFAULT_DATE, DEFAULT_SYSTEM_PROMPT, ChatPolicy, render_messages, template_report
 from scgmem.llm.generation import SettingsLog, effective_settings, explicit_config, neutralise
 from scgmem.llm.loading import resolve_model_dir
-from scgmem.llm.prefix_cache import PrefixCache, batch_prefix_length, cache_keyword, layout_batch
+from scgmem.llm.prefix_cache import PrefixCache, cache_keyword, layout_batch
 from scgmem.llm.protocol import TokenizerFacts
 from scgmem.llm.sampling import SeededGumbelSampler, TokenLogprobRecorder
 from scgmem.llm.usage import UsageMeter
@@ -261,11 +262,9 @@ class LLM(TokenizerFacts):
             keys = [(p, None if seeds is None else int(seeds[i]), settings) for i, p in enumerate(prompts)]
             self._recall_memo(keys, results)
         pending = [i for i in range(len(prompts)) if results[i] is None]
-        # Sort by length so a batch pads little; the order is a function of the prompts
-        # alone, so reruns form the same batches.
-        order = sorted(pending, key=lambda i: (len(prompts[i]), i))
-        for idx in self._batches(order, prompts, max_new_tokens):
-            batch = [prompts[i] for i in idx]
+        encoded = {i: self._fit_window(self.encode(prompts[i]), max_new_tokens) for i in pending}
+        for idx in self._batches(pending, prompts, encoded, max_new_tokens, num_beams):
+            batch = [encoded[i] for i in idx]
             batch_seeds = [seeds[i] for i in idx] if seeds is not None else None
             outs = self._generate_batch(batch, config, temperature, batch_seeds, processors, stop)
             for i, out in zip(idx, outs):
@@ -290,20 +289,13 @@ class LLM(TokenizerFacts):
                            generated_tokens=sum(len(x.token_ids) for g in hits for x in g),
                            calls=len(hits), memo_hits=len(hits), cut=sum(x.cut for g in hits for x in g))
 
-    def _batches(self, order: list[int], prompts: Sequence[str], max_new_tokens: int) -> list[list[int]]:
-        """Split `order` (prompts sorted by length) into batches of at most `batch_size` rows
-        and `max_batch_tokens` padded tokens (rows x longest prompt, a character-based estimate)."""
-        batches: list[list[int]] = []
-        current: list[int] = []
-        for i in order:
-            est = len(prompts[i]) // 3 + max_new_tokens  # ~3+ characters per token in English
-            if current and (len(current) + 1 > self.batch_size or (len(current) + 1) * est > self.max_batch_tokens):
-                batches.append(current)
-                current = []
-            current.append(i)
-        if current:
-            batches.append(current)
-        return batches
+    def _batches(self, pending: list[int], prompts: Sequence[str], encoded: dict, max_new_tokens: int,
+                 num_beams: int) -> list[list[int]]:
+        """The pending prompts in forward batches (`scgmem.llm.batch_plan.split_call`): sorted by
+        length, rows sharing a long prefix together when the prefix cache serves the call."""
+        cache = self.prefix_cache if num_beams <= 1 else None
+        return split_call(prompts, {i: encoded[i][0] for i in pending}, max_new_tokens, self.batch_size,
+                          self.max_batch_tokens, cache)
 
     def _fit_window(self, ids: list[int], max_new_tokens: int) -> tuple[list[int], bool]:
         limit = self.context_window - max_new_tokens
@@ -313,14 +305,14 @@ class LLM(TokenizerFacts):
                     len(ids), self.context_window, max_new_tokens)
         return ids[len(ids) - limit:], True
 
-    def _generate_batch(self, batch, config, temperature, seeds, processors, stop):
+    def _generate_batch(self, encoded, config, temperature, seeds, processors, stop):
+        """One forward batch; `encoded` holds (prompt ids fitted to the window, truncated) per row."""
         max_new_tokens, num_beams = config.max_new_tokens, config.num_beams
-        encoded = [self._fit_window(self.encode(p), max_new_tokens) for p in batch]
         truncated = sum(t for _, t in encoded)
         input_ids, attention, states, reused = self._layout([ids for ids, _ in encoded], num_beams)
         width = input_ids.shape[1]
         pad = self.tokenizer.pad_token_id
-        rows = len(batch) * max(1, num_beams)
+        rows = len(encoded) * max(1, num_beams)
         plist = LogitsProcessorList(list(processors(width, rows)) if processors else [])
         recorder = TokenLogprobRecorder(width)
         if num_beams <= 1:
@@ -337,7 +329,7 @@ class LLM(TokenizerFacts):
             scores = recorder.finish(out.sequences, self.eos_token_ids)
         gens: list[list[Generation]] = []
         n_generated = n_cut = 0
-        for row in range(len(batch)):
+        for row in range(len(encoded)):
             row_gens = []
             for j in range(config.num_return_sequences):
                 k = row * config.num_return_sequences + j
@@ -353,7 +345,7 @@ class LLM(TokenizerFacts):
                                            n_prompt_tokens=len(encoded[row][0]), cut=cut))
             gens.append(row_gens)
         self.usage.add(prompt_tokens=sum(len(ids) for ids, _ in encoded), generated_tokens=n_generated,
-                       calls=len(batch), truncated=truncated, cached=reused, cut=n_cut)
+                       calls=len(encoded), truncated=truncated, cached=reused, cut=n_cut)
         return gens
 
     def _stopping(self, stop: Sequence[str]) -> StoppingCriteriaList:
@@ -370,19 +362,10 @@ class LLM(TokenizerFacts):
         """The batch's input ids and attention mask, (batch, width), on the model's device, plus
         the KV states of a prefix shared by all rows (or None) and the prompt tokens they spare.
         Layout: `scgmem.llm.prefix_cache.layout_batch`."""
-        shared = 0
+        shared, states, reused = 0, None, 0
         if self.prefix_cache is not None and num_beams <= 1:
-            shared = batch_prefix_length(rows)
-            if shared < self.prefix_cache.min_tokens:
-                shared = 0
+            shared, states, reused = self.prefix_cache.batch_states(rows)
         input_ids, attention = layout_batch(rows, shared, self.tokenizer.pad_token_id, self.device)
-        states, reused = None, 0
-        if shared:
-            computed = self.prefix_cache.prefilled_tokens
-            states = self.prefix_cache.states_for(rows[0][:shared])
-            reused = len(rows) * shared - (self.prefix_cache.prefilled_tokens - computed)
-            if len(rows) > 1:
-                states.batch_repeat_interleave(len(rows))
         return input_ids, attention, states, reused
 
     def _cut_at_eos(self, ids: list[int], pad: int) -> tuple[list[int], bool]:

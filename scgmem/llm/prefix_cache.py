@@ -80,7 +80,8 @@ class PrefixCache:
     """KV states of recently used prompt prefixes of one model.
 
     Args:
-        model: the causal LM whose states are kept.
+        model: the causal LM whose states are kept; None only counts the tokens a model would
+            prefill (benches of call plans on the scripted LLM), keeping no states.
         min_tokens: a shared prefix shorter than this is not worth the copy; the batch is
             prefilled as usual.
         max_entries / max_tokens: bounds on what is kept (memory: tokens x layers x 2 x
@@ -92,8 +93,8 @@ class PrefixCache:
             raise ValueError("prefix cache bounds must be positive "
                              f"(min_tokens={min_tokens}, max_entries={max_entries}, max_tokens={max_tokens})")
         self.model = model
-        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
-        self.cache_keyword = cache_keyword(model)
+        self._keeps_logits = model is not None and "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.cache_keyword = None if model is None else cache_keyword(model)
         self.min_tokens = min_tokens
         self.max_entries = max_entries
         self.max_tokens = max_tokens
@@ -106,7 +107,24 @@ class PrefixCache:
     def clear(self) -> None:
         self.entries.clear()
 
+    def reserve(self, entries: int) -> None:
+        """Keep room for at least `entries` prefixes: a call merging N conversations has N, and
+        the conversations' next call should find each of them. `max_tokens` still bounds memory."""
+        self.max_entries = max(self.max_entries, entries)
+
     # ------------------------------------------------------------------ lookup
+    def batch_states(self, rows: list[list[int]]) -> tuple[int, DynamicCache | None, int]:
+        """For one batch: the length of the prefix all rows share (0 when shorter than
+        `min_tokens`), its states repeated over the rows, and the prompt tokens they spare."""
+        shared = batch_prefix_length(rows)
+        if shared < self.min_tokens:
+            return 0, None, 0
+        computed = self.prefilled_tokens
+        states = self.states_for(rows[0][:shared])
+        if states is not None and len(rows) > 1:
+            states.batch_repeat_interleave(len(rows))
+        return shared, states, len(rows) * shared - (self.prefilled_tokens - computed)
+
     def states_for(self, prefix: list[int]) -> DynamicCache:
         """A fresh DynamicCache (batch 1) holding exactly the states of `prefix`.
 
@@ -123,10 +141,10 @@ class PrefixCache:
                 self._touch(best)
                 return copy.deepcopy(best.states)
             states = copy.deepcopy(best.states)
-            if best_len < len(best.ids):
+            if best_len < len(best.ids) and states is not None:
                 states.crop(best_len - len(best.ids))  # negative: tokens to drop from the end
         else:
-            states, best_len = DynamicCache(config=self.model.config), 0
+            states, best_len = (None if self.model is None else DynamicCache(config=self.model.config)), 0
         self._extend(states, prefix, best_len)
         self._keep(_Entry(list(prefix), states))
         return copy.deepcopy(states)
@@ -136,6 +154,9 @@ class PrefixCache:
         """Prefill prefix[start:] on top of `states` (which hold prefix[:start])."""
         if start >= len(prefix):
             return
+        self.prefilled_tokens += len(prefix) - start
+        if self.model is None:
+            return
         device = self.model.device
         ids = torch.tensor([prefix[start:]], dtype=torch.long, device=device)
         attention = torch.ones((1, len(prefix)), dtype=torch.long, device=device)
@@ -144,7 +165,6 @@ class PrefixCache:
         extra = {"logits_to_keep": 1} if self._keeps_logits else {}
         extra[self.cache_keyword] = states
         self.model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True, **extra)
-        self.prefilled_tokens += len(prefix) - start
 
     # ------------------------------------------------------------------ bookkeeping
     def _touch(self, entry: _Entry) -> None:
