@@ -6,14 +6,12 @@ itself, e.g. ","). The terminator makes "end of key" a real edge, so a concept t
 prefix of another ("hiking" / "hiking trip") stays distinct. Validity (Eq. 4-5) is then a
 trie question: a token may follow a prefix iff prefix + token is a path of the trie.
 
-Two tries answer that question:
-
-* `ReferenceTrie`: nested dicts, no caching; the obviously-correct version tests compare to.
-* `TokenTrie`: integer nodes and, per node, a precomputed answer to "which tokens may come
-  next?" (GENRE's `allowed`), so decoding never walks from the root nor re-tokenises:
-  a sorted id tensor per node (built once after the node last changed) and, where a
-  node allows many tokens (the root of a large schema), a dense boolean row over the
-  vocabulary kept up to date at insert time (outlines-core / xgrammar shape).
+`TokenTrie` answers it with integer nodes and, per node, a precomputed answer to "which
+tokens may come next?" (GENRE's `allowed`), so decoding never walks from the root nor
+re-tokenises: a sorted id tensor per node (built once after the node last changed) and,
+where a node allows many tokens (the root of a large schema), a dense boolean row over the
+vocabulary kept up to date at insert time (outlines-core / xgrammar shape). The tests
+compare it with a plain nested-dict trie (tests/core/reference_trie.py) on random tries.
 
 `CognitiveSchema` holds the concept set and its `TokenTrie`, and maps trie leaves back to
 concepts.
@@ -32,49 +30,6 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 NO_NODE = -1  # what `child` returns when prefix + token is not a path
-
-
-class ReferenceTrie:
-    """A plain trie of token-id sequences (nested dicts), used as the reference in tests."""
-
-    _END = None  # dict key marking "a key ends here" (token ids are ints, never None)
-
-    def __init__(self, keys: Iterable[Sequence[int]] = ()) -> None:
-        self.root: dict = {}
-        self.size = 0
-        for key in keys:
-            self.insert(key)
-
-    def insert(self, key: Sequence[int]) -> bool:
-        """Add `key`; returns False when it was already present."""
-        node = self.root
-        for t in key:
-            node = node.setdefault(int(t), {})
-        if self._END in node:
-            return False
-        node[self._END] = True
-        self.size += 1
-        return True
-
-    def _walk(self, prefix: Sequence[int]) -> dict | None:
-        node = self.root
-        for t in prefix:
-            node = node.get(int(t))
-            if node is None:
-                return None
-        return node
-
-    def allowed(self, prefix: Sequence[int]) -> set[int]:
-        """Tokens t such that prefix + [t] is a path of the trie (empty if prefix is not)."""
-        node = self._walk(prefix)
-        return set() if node is None else {t for t in node if t is not self._END}
-
-    def __contains__(self, key: Sequence[int]) -> bool:
-        node = self._walk(key)
-        return node is not None and self._END in node
-
-    def __len__(self) -> int:
-        return self.size
 
 
 class TokenTrie:

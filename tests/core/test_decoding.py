@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from scgmem.core.constraint import SchemaConstraint
 from scgmem.core.key_state import KeyTracker
-from scgmem.core.schema import ReferenceTrie, TokenTrie
+from scgmem.core.schema import TokenTrie
+from tests.core.reference_trie import ReferenceTrie
 
 
 

@@ -6,7 +6,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scgmem.core.schema import NO_NODE, CognitiveSchema, ReferenceTrie, TokenTrie
+from scgmem.core.schema import NO_NODE, CognitiveSchema, TokenTrie
+from tests.core.reference_trie import ReferenceTrie
 
 VOCAB = 12
 keys_strategy = st.lists(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=5), min_size=0, max_size=30)
