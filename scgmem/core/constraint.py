@@ -12,15 +12,15 @@ It is built from three parts, one job each:
   own distribution, before the mask (the renormalised constrained distribution would hide
   the "perplexity" signal of Section 3.4: a token with no sibling would always score 0);
 * `MaskRows`: the mask row of each decoding situation (trie node, last key or not, keys
-  spent below it), built once per call on the scores' device, so a step only stacks
-  cached rows.
+  spent below it), built when it first occurs in a call and kept on the scores' device,
+  so a step only stacks cached rows.
 
 EOS is allowed wherever a key may end, the terminator unless the key is the row's last
 (`max_keys`), and a finished row only pads.
 """
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from typing import Sequence
 
 import torch
@@ -29,6 +29,7 @@ from transformers import LogitsProcessor
 from scgmem.core.key_state import DEAD, KeyTracker, RowState, prompt_key
 from scgmem.core.schema import NO_NODE, TokenTrie
 
+MASK_ROWS_BYTES = 64 << 20  # cached mask rows per call (Qwen2.5's 151,936-token rows: ~440 of them)
 FINISHED = ("finished",)  # mask key of a row that chose EOS or left the trie: EOS or pad only
 ALL_KEYS_USED = ("all keys used",)  # a distinct list that holds every key of S: EOS only
 
@@ -79,26 +80,33 @@ class MaskRows:
     A row's mask depends on its trie node, on whether its key is the last one, and, for
     distinct lists, on which edges below the node lead only to keys the row already wrote.
     Each such situation's row is built the first time it occurs, on the scores' device
-    (the trie is fixed during a call), and a step stacks the rows of its states.
+    (the trie is fixed during a call), and a step stacks the rows of its states. The rows
+    used least recently are dropped beyond `max_bytes` (a recall call over many questions
+    visits thousands of trie nodes); a dropped row is built again when needed.
     """
 
-    def __init__(self, tracker: KeyTracker, pad_id: int) -> None:
+    def __init__(self, tracker: KeyTracker, pad_id: int, max_bytes: int = MASK_ROWS_BYTES) -> None:
         self.tracker = tracker
         self.trie = tracker.trie
         self.pad_id = int(pad_id)
+        self.capacity = max(1, max_bytes // tracker.trie.vocab_size)  # rows of one byte per token
         self._device: torch.device | None = None
-        self._rows: dict[tuple, torch.Tensor] = {}
+        self._rows: OrderedDict[tuple, torch.Tensor] = OrderedDict()
 
     def mask(self, states: Sequence[RowState], device: torch.device) -> torch.Tensor:
         """(rows, vocab) bool, True where a token is disallowed."""
         if self._device != device:
-            self._device, self._rows = device, {}
+            self._device, self._rows = device, OrderedDict()
         rows = []
         for r, state in enumerate(states):
             situation = self.situation(state)
             row = self._rows.get(situation)
             if row is None:
                 row = self._rows[situation] = self._build(situation, r)
+                if len(self._rows) > self.capacity:
+                    self._rows.popitem(last=False)
+            else:
+                self._rows.move_to_end(situation)
             rows.append(row)
         return torch.stack(rows)
 

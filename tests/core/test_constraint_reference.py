@@ -10,7 +10,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.core.test_decoding import build, constraint, schemas, special
+from scgmem.core.constraint import MaskRows, SchemaConstraint
+from scgmem.core.key_state import KeyTracker
+from tests.core.test_decoding import build, schemas, special
 
 
 def reference_allowed(keys: set[tuple[int, ...]], generated: list[int], vocab: int, max_keys, distinct) -> set[int]:
@@ -50,16 +52,20 @@ def reference_allowed_live(keys, written, current, vocab, max_keys, distinct) ->
 
 @settings(max_examples=300, deadline=None)
 @given(data=schemas(), seed=st.integers(0, 2**31), max_keys=st.sampled_from([1, 2, 3, None]),
-       distinct=st.booleans(), reorder=st.booleans(), logprob_scores=st.booleans())
-def test_masks_and_raw_logprobs_match_the_reference(data, seed, max_keys, distinct, reorder, logprob_scores):
+       distinct=st.booleans(), reorder=st.booleans(), logprob_scores=st.booleans(),
+       cached_rows=st.sampled_from([1, 3, None]))
+def test_masks_and_raw_logprobs_match_the_reference(data, seed, max_keys, distinct, reorder, logprob_scores,
+                                                    cached_rows):
     vocab, keys = data
     trie, _ = build(vocab, keys, dense_threshold=3)  # dense and sparse nodes both occur
     term, pad, eos = special(vocab)
     key_set = {tuple(k) for k in keys}
     gen = torch.Generator().manual_seed(seed)
     rows, prompt_len = 4, 2
-    proc = constraint(trie, prompt_len, terminator=term, eos_ids=[eos], pad_id=pad, max_keys=max_keys,
-                      distinct=distinct, scores_are_logprobs=logprob_scores)
+    tracker = KeyTracker(trie, terminator=term, eos_ids=[eos], max_keys=max_keys, distinct=distinct)
+    # a small cache drops rows within a step and builds them again
+    mask_rows = MaskRows(tracker, pad) if cached_rows is None else MaskRows(tracker, pad, max_bytes=cached_rows * vocab)
+    proc = SchemaConstraint(tracker, prompt_len, pad_id=pad, mask_rows=mask_rows, scores_are_logprobs=logprob_scores)
     ids = torch.randint(0, term, (1, prompt_len), generator=gen).repeat(rows, 1)  # one prompt's beams
     model: dict[tuple[int, ...], torch.Tensor] = {}  # prompt + prefix -> the next token's logits
     token_logprobs: dict[tuple[int, ...], float] = {}  # generated prefix -> raw log-prob of its last token
