@@ -1,0 +1,43 @@
+"""Docstrings and configs point into docs/: every file, section and source key they name exists,
+so a renamed section or a dropped source fails here instead of leaving a dead pointer."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CODE_DIRS = ("scgmem", "baselines", "scripts", "configs")
+METHODS = ROOT / "docs" / "methods.md"
+
+
+def code_files() -> list[Path]:
+    return [p for d in CODE_DIRS for p in sorted((ROOT / d).rglob("*")) if p.suffix in (".py", ".yaml", ".sh")]
+
+
+def methods_anchors() -> set[str]:
+    """What a pointer may name in docs/methods.md: its headings' leading words and its bold terms."""
+    text = METHODS.read_text()
+    headings = {re.sub(r"\s*\(.*", "", h).strip() for h in re.findall(r"^## (.+)$", text, re.M)}
+    return headings | set(re.findall(r"\*\*([^*]+?)\.?\*\*", text))
+
+
+def test_every_docs_file_named_in_the_code_exists():
+    missing = [f"{p.relative_to(ROOT)}: {name}" for p in code_files()
+               for name in re.findall(r"\bdocs/[\w-]+\.md", p.read_text()) if not (ROOT / name).is_file()]
+    assert not missing, missing
+
+
+def test_every_methods_section_named_in_the_code_exists():
+    anchors = methods_anchors()
+    pointer = re.compile(r'docs/methods\.md[,;]?\s+(?:section\s+([A-Z][\w-]*(?: [a-z]+)?)|"([^"]+)")')
+    missing = [f"{p.relative_to(ROOT)}: {a or b}" for p in code_files()
+               for a, b in pointer.findall(p.read_text()) if (a or b) not in anchors]
+    assert not missing, missing
+
+
+def test_every_source_key_in_the_baselines_is_listed_in_methods_sources():
+    sources = METHODS.read_text().split("## Sources", 1)[1]
+    listed = set(re.findall(r"^- \[([A-Z]\d)\]", sources, re.M))
+    used = {key for p in code_files() if p.parts[-2] in ("baselines", "method")
+            for key in re.findall(r"\[([A-Z]\d)\]", p.read_text())}
+    assert used and used <= listed, sorted(used - listed)
