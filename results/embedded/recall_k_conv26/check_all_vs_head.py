@@ -24,7 +24,7 @@ from transformers import AutoTokenizer
 
 from scgmem.core import recall as today
 from scgmem.data.locomo import load_locomo, select
-from scgmem.memory import render_turns_by_date
+from scgmem.api import render_turns_by_date
 
 BUDGETS = (300, 1000, 3000, 8000)
 

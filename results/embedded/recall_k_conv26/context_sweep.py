@@ -24,9 +24,9 @@ from hydra.utils import instantiate
 
 from scgmem.data.locomo import load_locomo, scored_questions, select
 from scgmem.llm.chat_template import ChatPolicy
-from scgmem.memory import render_turns_by_date
-from scgmem.pipeline import PROMPT, RECALL, rng_for
-from scgmem.run import CONFIG_DIR, split_protocol
+from scgmem.api import render_turns_by_date
+from scgmem.harness.pipeline import PROMPT, RECALL, rng_for
+from scgmem.harness.run import CONFIG_DIR, split_protocol
 
 
 def main(entry_path: str, overrides: list[str], settings: list[str]) -> None:

@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-from scgmem import cache
+from scgmem.harness import cache
 
 FIXED = Path(os.environ["SCGMEM_FIXED_MEMORY"])
 FIXED_SAMPLE = FIXED.stem  # the entry's file name is <sample_id>.json
