@@ -26,6 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList, StoppingCriteriaList
 from transformers.generation.stopping_criteria import StopStringCriteria
 
+from scgmem.llm.attention import attention_kernels, check_backends
 from scgmem.llm.batch_plan import split_call
 from scgmem.llm.chat_template import DEFAULT_DATE, DEFAULT_SYSTEM_PROMPT, ChatPolicy, render_messages, template_report
 from scgmem.llm.generation import SettingsLog, effective_settings, explicit_config, neutralise
@@ -99,6 +100,8 @@ class LLM(TokenizerFacts):
         memo_entries: generations kept for identical calls (same prompt, seed and settings,
             no extra processors); a sweep job whose contexts repeat an earlier job's answers
             them from here (0 = off). Exact up to the float rounding of batch composition.
+        sdpa_backends: the attention kernels a CUDA forward may use (`scgmem.llm.attention`;
+            default: not cuDNN's, which re-plans at every new KV length); None = torch's choice.
     """
 
     def __init__(
@@ -123,6 +126,7 @@ class LLM(TokenizerFacts):
         prefix_cache_min_tokens: int = 64,
         prefix_cache_max_tokens: int = 16384,
         memo_entries: int = 20000,
+        sdpa_backends: Sequence[str] | None = ("flash", "efficient", "math"),
     ) -> None:
         if dtype not in DTYPES:
             raise ValueError(f"model.dtype={dtype!r} is not one of {sorted(DTYPES)}")
@@ -165,6 +169,7 @@ class LLM(TokenizerFacts):
             raise ValueError(f"model.memo_entries must be >= 0, got {memo_entries}")
         self.memo_entries = memo_entries
         self.memo: OrderedDict | None = OrderedDict() if memo_entries else None
+        self.sdpa_backends = check_backends(sdpa_backends)
 
     # ------------------------------------------------------------------ text <-> tokens
     def _eos_ids(self) -> list[int]:
@@ -309,19 +314,21 @@ class LLM(TokenizerFacts):
         """One forward batch; `encoded` holds (prompt ids fitted to the window, truncated) per row."""
         max_new_tokens, num_beams = config.max_new_tokens, config.num_beams
         truncated = sum(t for _, t in encoded)
-        input_ids, attention, states, reused = self._layout([ids for ids, _ in encoded], num_beams)
-        width = input_ids.shape[1]
+        with attention_kernels(self.device, self.sdpa_backends):  # the prefix prefill and generate
+            input_ids, attention, states, reused = self._layout([ids for ids, _ in encoded], num_beams)
+            width = input_ids.shape[1]
+            rows = len(encoded) * max(1, num_beams)
+            plist = LogitsProcessorList(list(processors(width, rows)) if processors else [])
+            recorder = TokenLogprobRecorder(width)
+            if num_beams <= 1:
+                plist.append(recorder)
+            if temperature > 0:
+                plist.append(SeededGumbelSampler(seeds, temperature, width))
+            out = self.model.generate(
+                input_ids=input_ids, attention_mask=attention, generation_config=config, logits_processor=plist,
+                stopping_criteria=self._stopping(stop),
+                **({self._cache_keyword: states} if states is not None else {}))
         pad = self.tokenizer.pad_token_id
-        rows = len(encoded) * max(1, num_beams)
-        plist = LogitsProcessorList(list(processors(width, rows)) if processors else [])
-        recorder = TokenLogprobRecorder(width)
-        if num_beams <= 1:
-            plist.append(recorder)
-        if temperature > 0:
-            plist.append(SeededGumbelSampler(seeds, temperature, width))
-        out = self.model.generate(
-            input_ids=input_ids, attention_mask=attention, generation_config=config, logits_processor=plist,
-            stopping_criteria=self._stopping(stop), **({self._cache_keyword: states} if states is not None else {}))
         sequences = out.sequences[:, width:].tolist()  # (batch * num_return_sequences, new); one host copy
         if num_beams > 1:
             scores = out.sequences_scores.tolist()

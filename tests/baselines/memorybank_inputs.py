@@ -54,14 +54,12 @@ def conv_of(*sessions: Session) -> Conversation:
 
 def summaries(event="They talked about zebras.", personality="A is kind; B is curious.",
               overall="Overall, zebras.", portrait="Both are friendly."):
+    """Scripted replies to MemoryBank's prompts, by a phrase of each prompt (the portrait otherwise)."""
+    routes = {"summarize the following dialogue": event, "personality traits and emotions of": personality,
+              "highly concise summary of the following events": overall}
+
     def reply(prompt: str) -> str:
-        if "summarize the following dialogue" in prompt:
-            return event
-        if "personality traits and emotions of" in prompt:
-            return personality
-        if "highly concise summary of the following events" in prompt:
-            return overall
-        return portrait
+        return next((text for phrase, text in routes.items() if phrase in prompt), portrait)
     return reply
 
 

@@ -1,0 +1,156 @@
+"""Per-shape decode/prefill timings of the harness's backend on a device (random weights).
+
+    python scripts/device_throughput.py --out OUT_DIR [--shapes llama3.2-1b,qwen2.5-3b]
+
+device_check.py runs every method on tiny workloads (1 session, 2 questions), so its tokens/s
+mix warm-up and per-call overhead. This measures the backend itself at controlled shapes:
+for each batch size, `LLM.generate` of `--new` greedy tokens on `--prompt`-token prompts
+(the prefix cache off, so every row is prefilled), the raw HF forward time of one decode step,
+and a torch.profiler table of one generate call (CPU vs device time: where the step goes), once
+with the harness's attention kernels (`model.sdpa_backends`) and once with torch's own choice,
+each over prompt lengths no earlier call had (scgmem/llm/attention.py says why that matters).
+The timings feed the H200-hours estimate (scripts/bench_batching.py --h200-from).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import torch  # noqa: E402
+
+from device_check import SHAPES, build_model_dir, locomo_text  # noqa: E402
+
+from scgmem.llm.attention import check_backends  # noqa: E402
+
+
+def timed(fn, sync) -> float:
+    sync()
+    start = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - start
+
+
+def measure_shape(name: str, args, corpus: list[str]) -> dict:
+    from scgmem.llm import LLM
+
+    work = Path(args.work) / name
+    build_model_dir(name, SHAPES[name], corpus, work / "model", args.device)
+    llm = LLM(name, str(work / "model"), dtype="bfloat16" if args.device != "cpu" else "float32",
+              device="auto" if args.device != "cpu" else "cpu", context_window=SHAPES[name]["context_window"],
+              batch_size=64, max_batch_tokens=1 << 20, prefix_cache=False, memo_entries=0)
+    cuda = args.device != "cpu"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    result = {"shape": name, "device_map": str(getattr(llm.model, "hf_device_map", None)),
+              "model_device": str(llm.device), "attn_implementation": llm.model.config._attn_implementation,
+              "prompt_tokens": args.prompt, "new_tokens": args.new, "batches": {}}
+    words = " ".join(corpus)[: args.prompt * 12]
+    llm.generate([llm.tokenizer.decode(llm.encode(words)[:32])], max_new_tokens=4)  # warm-up: cuBLAS handles
+    for variant, kernels in (("default", llm.sdpa_backends), ("torch_choice", None)):
+        if args.cprofile and variant != "default":
+            continue
+        llm.sdpa_backends = kernels
+        # each variant gets prompt lengths no earlier call had: a kernel that plans per shape
+        # (cuDNN attention) pays its planning here as it would in a real run
+        prompt = args.prompt + (0 if variant == "default" else 97)
+        ids = llm.encode(words)[:prompt]
+        base = llm.tokenizer.decode(ids)
+        result["batches"].setdefault(variant, {})
+        for batch in args.batches:
+            measure_batch(llm, result["batches"][variant], name, variant, batch, base, ids, args, sync)
+    llm.sdpa_backends = check_backends(["flash", "efficient", "math"])
+    if args.cprofile:  # where a generate step's time goes, in Python terms
+        import cProfile
+        import io
+        import pstats
+
+        base = llm.tokenizer.decode(llm.encode(words)[:args.prompt])
+        prompts = [f"{i} {base}" for i in range(args.batches[0])]
+        enc = llm.tokenizer(prompts, return_tensors="pt", padding=True).to(llm.device)
+        result["plain_hf_generate_s"] = round(timed(lambda: llm.model.generate(
+            **enc, max_new_tokens=args.new, min_new_tokens=args.new, do_sample=False), sync), 3)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        llm.generate(prompts, max_new_tokens=args.new)
+        sync()
+        profiler.disable()
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(60)
+        (Path(args.out) / f"{name}.cprofile.txt").write_text(text.getvalue())
+        print(f"[throughput] {name} plain HF generate: {result['plain_hf_generate_s']} s", flush=True)
+    if cuda and not args.cprofile:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            llm.generate([f"{i} {base}" for i in range(8)], max_new_tokens=16)
+        table = prof.key_averages().table(sort_by="cpu_time_total", row_limit=25)
+        (Path(args.out) / f"{name}.profile.txt").write_text(table)
+        result["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    del llm
+    if cuda:
+        torch.cuda.empty_cache()
+    return result
+
+
+def measure_batch(llm, into: dict, name: str, variant: str, batch: int, base: str, ids: list[int], args, sync) -> None:
+    """`LLM.generate` and the raw model's prefill and decode steps for `batch` rows of `base`,
+    under the LLM's attention kernels (`llm.sdpa_backends`)."""
+    from scgmem.llm.attention import attention_kernels
+
+    # distinct rows (a different leading word) so no memo or identical-row shortcut applies
+    prompts = [f"{i} {base}" for i in range(batch)]
+    seconds = timed(lambda: llm.generate(prompts, max_new_tokens=args.new), sync)
+    # the raw model: one prefill, then `steps` decode steps with the HF cache, no generate()
+    enc = llm.tokenizer(prompts, return_tensors="pt", padding=True).to(llm.device)
+    steps = 16
+    with torch.no_grad(), attention_kernels(llm.device, llm.sdpa_backends):
+        prefill = timed(lambda: llm.model(**enc, use_cache=True), sync)
+        out = llm.model(**enc, use_cache=True)
+        cache, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        mask = torch.cat([enc["attention_mask"], torch.ones_like(nxt)], dim=1)
+
+        def decode():
+            nonlocal mask
+            for _ in range(steps):
+                llm.model(input_ids=nxt, attention_mask=mask, past_key_values=cache, use_cache=True)
+                mask = torch.cat([mask, torch.ones_like(nxt)], dim=1)
+        decode_s = timed(decode, sync) / steps
+    into[str(batch)] = {
+        "generate_s": round(seconds, 3), "generate_step_ms": round(1000 * seconds / args.new, 2),
+        "generated_tokens_per_s": round(batch * args.new / seconds, 1),
+        "raw_prefill_s": round(prefill, 4), "raw_prefill_tokens_per_s": round(batch * len(ids) / prefill, 1),
+        "raw_decode_step_ms": round(1000 * decode_s, 2)}
+    print(f"[throughput] {name} {variant} batch {batch}: {into[str(batch)]}", flush=True)
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--shapes", default="llama3.2-1b,qwen2.5-3b")
+    parser.add_argument("--batches", default="1,8,32")
+    parser.add_argument("--prompt", type=int, default=512)
+    parser.add_argument("--new", type=int, default=64)
+    parser.add_argument("--cprofile", action="store_true", help="cProfile one generate call instead")
+    parser.add_argument("--work", default="/tmp/scgmem-device-throughput")
+    args = parser.parse_args()
+    args.batches = [int(b) for b in args.batches.split(",")]
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    import transformers
+
+    corpus = locomo_text(ROOT / "data" / "locomo10.json")
+    env = {"torch": torch.__version__, "transformers": transformers.__version__,
+           "gpu": torch.cuda.get_device_name() if args.device != "cpu" else None}
+    results = [measure_shape(name, args, corpus) for name in args.shapes.split(",")]
+    (Path(args.out) / "throughput.json").write_text(json.dumps({"environment": env, "shapes": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
