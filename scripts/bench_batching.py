@@ -32,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 METHODS = ("full_context", "last_turns", "rag", "memorybank", "amem", "memgpt", "readagent", "scgmem")
 TABLE1_METHODS = ("full_context", "readagent", "memorybank", "memgpt", "amem", "scgmem")
@@ -85,6 +86,61 @@ def h200_hours(methods: dict, width_key: str, step_s: float = 0.025, prefill_tok
         v = by_width[width_key]
         total += v[steps_key] * step_s + v["prompt_tokens_est"] / prefill_tok_s
     return round(models * total / 3600, 2)
+
+
+def body_params(shape: dict) -> int:
+    """Weights a token passes through in the layer stack (attention + MLP), embeddings excluded."""
+    d, layers, ffn = shape["hidden_size"], shape["num_hidden_layers"], shape["intermediate_size"]
+    kv = d // shape["num_attention_heads"] * shape["num_key_value_heads"]
+    return layers * (2 * d * d + 2 * d * kv + 3 * d * ffn)
+
+
+def device_rates(throughput: dict, rows: int = 16) -> dict:
+    """Per paper shape: (decode step s at `rows` rows, prefill tokens/s, how it was obtained), from
+    scripts/device_throughput.py's JSON. Measured shapes: the raw decode step interpolated between
+    the measured row counts, and the best raw prefill rate. The others are scaled from the measured
+    ones: decode by layer count (at these sizes a bf16 HF decode step on an H200 is bound by kernel
+    launches, about one fixed cost per layer), prefill by body parameters (compute-bound)."""
+    from device_check import SHAPES
+
+    measured = {}
+    for entry in throughput["shapes"]:
+        by_rows = entry["batches"].get("default", entry["batches"])  # older files: one variant
+        points = sorted((int(r), v["raw_decode_step_ms"] / 1000) for r, v in by_rows.items())
+        low = max((p for p in points if p[0] <= rows), default=points[0])
+        high = min((p for p in points if p[0] >= rows), default=points[-1])
+        step = low[1] if high[0] == low[0] else low[1] + (high[1] - low[1]) * (rows - low[0]) / (high[0] - low[0])
+        measured[entry["shape"]] = (step, max(v["raw_prefill_tokens_per_s"] for v in by_rows.values()))
+    per_layer = sum(step / SHAPES[n]["num_hidden_layers"] for n, (step, _) in measured.items()) / len(measured)
+    per_param = sum(rate * body_params(SHAPES[n]) for n, (_, rate) in measured.items()) / len(measured)
+    rates = {}
+    for name in ("llama3.2-1b", "qwen2.5-1.5b", "qwen2.5-3b", "llama3.2-3b"):
+        if name in measured:
+            rates[name] = (*measured[name], "measured")
+        else:
+            rates[name] = (per_layer * SHAPES[name]["num_hidden_layers"], per_param / body_params(SHAPES[name]),
+                           "scaled from the measured shapes")
+    return rates
+
+
+def h200_hours_measured(methods: dict, width_key: str, rates: dict, steps_key: str = "decode_steps_bound") -> float:
+    """Table 1 estimate with per-model device rates (`device_rates`): decode steps x step s +
+    prompt tokens / prefill rate, summed over the four models."""
+    steps = sum(by_width[width_key][steps_key] for by_width in methods.values())
+    prompt = sum(by_width[width_key]["prompt_tokens_est"] for by_width in methods.values())
+    return round(sum(steps * step + prompt / prefill for step, prefill, _ in rates.values()) / 3600, 2)
+
+
+def estimate_from_device(batching: dict, throughput: dict) -> dict:
+    """The Table 1 H200-hours estimate of a finished batching JSON, redone with device rates."""
+    table1 = {m: v for m, v in batching["methods"].items() if m in TABLE1_METHODS}
+    rates = device_rates(throughput)
+    return {"rates": {n: {"decode_step_s_16_rows": round(step, 4), "prefill_tokens_per_s": round(prefill),
+                          "source": how} for n, (step, prefill, how) in rates.items()},
+            "parallel_1": h200_hours_measured(table1, "parallel_1", rates),
+            "parallel_10": h200_hours_measured(table1, "parallel_10", rates),
+            "parallel_10_max_batch_tokens_131072": h200_hours_measured(
+                table1, "parallel_10", rates, steps_key="decode_steps_bound_max_batch_tokens_131072")}
 
 
 def count_prefill(model) -> dict:
@@ -232,8 +288,17 @@ def main() -> None:
     parser.add_argument("--amem-timing", action="store_true", help="only the embedded-model A-MEM timing")
     parser.add_argument("--sessions", type=int, default=2, help="sessions per conversation for --amem-timing")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
+    parser.add_argument("--h200-from", type=Path, metavar="THROUGHPUT_JSON",
+                        help="redo the H200-hours estimate of --batching-json with these device rates "
+                             "(scripts/device_throughput.py's output); runs nothing else")
+    parser.add_argument("--batching-json", type=Path, default=ROOT / "results" / "bench" / "20261203-batching.json")
     args = parser.parse_args()
-    if args.amem_timing:
+    if args.h200_from:
+        batching = json.loads(args.batching_json.read_text())
+        result = {"batching_json": str(args.batching_json.relative_to(ROOT)),
+                  "throughput_json": str(args.h200_from.resolve().relative_to(ROOT)),
+                  "table1_h200_hours_from_device": estimate_from_device(batching, json.loads(args.h200_from.read_text()))}
+    elif args.amem_timing:
         result = {"amem_timing": amem_timing(sessions=args.sessions)}
     else:
         result = bench_batching(args.quick, [m for m in args.methods.split(",") if m])

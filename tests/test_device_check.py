@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -22,3 +24,27 @@ def test_device_check_dry_run_on_cpu(tmp_path, locomo_path):
         assert entry["prefill_tokens_per_s"] > 0 and entry["decode_tokens_per_s"] > 0
         assert entry["same_model"] is True
         assert entry["repetition_penalty"] == [1.0]  # the saved model's 1.05 was neutralised
+
+
+def test_device_throughput_dry_run_feeds_the_h200_estimate(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "scripts/device_throughput.py", "--out", str(tmp_path), "--device", "cpu",
+                    "--shapes", "tiny", "--batches", "1,2", "--prompt", "24", "--new", "3",
+                    "--work", str(tmp_path / "work")], cwd=ROOT, env=env, check=True, timeout=300)
+    throughput = json.loads((tmp_path / "throughput.json").read_text())
+    [shape] = throughput["shapes"]
+    assert set(shape["batches"]) == {"default", "torch_choice"}
+    assert all(v["raw_decode_step_ms"] > 0 and v["generate_s"] > 0 for v in shape["batches"]["default"].values())
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench_batching import TABLE1_METHODS, device_rates, estimate_from_device
+
+    calls = {"decode_steps_bound": 1000, "decode_steps_bound_max_batch_tokens_131072": 500,
+             "prompt_tokens_est": 10**6}
+    batching = {"methods": {m: {"parallel_1": calls, "parallel_10": calls} for m in TABLE1_METHODS}}
+    estimate = estimate_from_device(batching, throughput)
+    assert {r["source"] for r in estimate["rates"].values()} == {"scaled from the measured shapes"}
+    # six methods x (1000 steps x step + 1e6 tokens / rate), summed over the four models
+    expected = sum(6 * (1000 * step + 10**6 / prefill) for step, prefill, _ in device_rates(throughput).values()) / 3600
+    assert estimate["parallel_1"] == pytest.approx(expected, abs=0.01)
+    assert estimate["parallel_10_max_batch_tokens_131072"] < estimate["parallel_10"]
