@@ -3,7 +3,7 @@
 # shapes of the four paper models, on one GPU, in bf16, without network. Writes one JSON per
 # shape to OUT_DIR: prefill/decode tokens/s, mean rows per generate call, peak GPU memory.
 #
-#   scripts/device_check.sh OUT_DIR                  # CUDA, the four paper shapes, <= 8 min on one H200
+#   scripts/device_check.sh OUT_DIR                  # CUDA, the four paper shapes + throughput, <= 8.5 min on one H200
 #   DEVICE=cpu SHAPES=tiny scripts/device_check.sh OUT_DIR   # dry run on a CPU (part of `make test`)
 #
 # Packages the machine lacks (hydra-core, omegaconf, nltk, wandb, ...) are installed from a folder
@@ -15,7 +15,9 @@ SHAPES=${SHAPES:-$([ "$DEVICE" = cpu ] && echo tiny || echo llama3.2-1b,qwen2.5-
 METHODS=${METHODS:-full_context,rag,scgmem,readagent,memorybank,memgpt,amem}
 WHEELS=${WHEELS:-.whl}
 PYTHON=${PYTHON:-python3}
-BUDGET_S=${BUDGET_S:-400}   # no method starts after this; the last method ends inside the 8 minutes
+BUDGET_S=${BUDGET_S:-340}   # no method starts after this; the last method ends inside 7 minutes
+THROUGHPUT=${THROUGHPUT-$([ "$DEVICE" = cpu ] && echo tiny || echo llama3.2-1b)}
+THROUGHPUT_ARGS=${THROUGHPUT_ARGS-$([ "$DEVICE" = cpu ] && echo "--batches 1,2 --prompt 24 --new 3")}
 CAP=${CAP:-32}              # max_new_tokens of every call: random weights never emit EOS
 cd "$(dirname "$0")/.."
 if compgen -G "$WHEELS/*.whl" >/dev/null; then
@@ -25,5 +27,15 @@ if compgen -G "$WHEELS/*.whl" >/dev/null; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
 export TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-exec timeout 480 "$PYTHON" scripts/device_check.py --out "$OUT" --device "$DEVICE" --shapes "$SHAPES" \
-  --methods "$METHODS" --budget-s "$BUDGET_S" --cap "$CAP" ${QUESTIONS:+--questions "$QUESTIONS"} --work "$(mktemp -d)"
+status=0
+timeout 420 "$PYTHON" scripts/device_check.py --out "$OUT" --device "$DEVICE" --shapes "$SHAPES" \
+  --methods "$METHODS" --budget-s "$BUDGET_S" --cap "$CAP" ${QUESTIONS:+--questions "$QUESTIONS"} --work "$(mktemp -d)" \
+  || status=$?
+# Then the backend's own speed at controlled shapes (scripts/device_throughput.py): decode step and
+# prefill rate at 1, 8, 32 rows, with the harness's attention kernels and with torch's choice.
+# Writes OUT_DIR/throughput.json and OUT_DIR/<shape>.profile.txt; THROUGHPUT= skips it.
+if [ -n "$THROUGHPUT" ]; then
+  timeout 100 "$PYTHON" scripts/device_throughput.py --out "$OUT" --device "$DEVICE" --shapes "$THROUGHPUT" \
+    ${THROUGHPUT_ARGS:-} --work "$(mktemp -d)" || status=$((status ? status : $?))
+fi
+exit $status

@@ -24,6 +24,8 @@ def test_device_check_dry_run_on_cpu(tmp_path, locomo_path):
         assert entry["prefill_tokens_per_s"] > 0 and entry["decode_tokens_per_s"] > 0
         assert entry["same_model"] is True
         assert entry["repetition_penalty"] == [1.0]  # the saved model's 1.05 was neutralised
+    throughput = json.loads((tmp_path / "out" / "throughput.json").read_text())  # the check's second part
+    assert [s["shape"] for s in throughput["shapes"]] == ["tiny"]
 
 
 def test_device_throughput_dry_run_feeds_the_h200_estimate(tmp_path):
