@@ -19,7 +19,6 @@ that are missing, with the same values an uninterrupted run would have written.
 """
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 import zlib
@@ -83,8 +82,8 @@ class Pipeline:
     """Args:
         llm, embedder, protocol: instantiated components.
         method_factory: `(llm) -> MemoryMethod`, one fresh object per conversation, built on the
-            `llm` it is given (its conversation's view of the model); a factory without arguments
-            keeps the model it closed over, unbatched.
+            `llm` it is given (its conversation's view of the model; a factory that ignores it
+            and keeps a model it closed over is not batched across conversations).
         run_dir: where predictions.jsonl, memory/ and summary.json go.
         cache: the memory cache.
         seed, answer_batch_size, answer_margin_tokens, questions_per_category, progress,
@@ -124,7 +123,7 @@ class Pipeline:
     # ------------------------------------------------------------------ ingestion
     def build_memory(self, conv: Conversation):
         """A method object holding the memory of `conv`: from the cache, or ingested now."""
-        method = self.method_factory(self.llm) if _takes_argument(self.method_factory) else self.method_factory()
+        method = self.method_factory(self.llm)
         cacheable = type(method).state_dict is not MemoryMethod.state_dict
         path = self.cache.path(method, memory_key(method, self.llm, self.seed, conv), conv.sample_id) \
             if cacheable else None
@@ -284,9 +283,3 @@ class Pipeline:
             records.append(record)
         return records
 
-
-def _takes_argument(factory) -> bool:
-    try:
-        return len(inspect.signature(factory).parameters) > 0
-    except (TypeError, ValueError):
-        return False

@@ -136,10 +136,8 @@ def evaluate(cfg: DictConfig) -> dict:
         categories=categories, seed=cfg.seed,
         data_info=data.summary_info(conversations, load_report),
         llm_usage=llm.usage.snapshot(), config=OmegaConf.to_container(cfg, resolve=True),
+        model_load_s=load_s, generation=llm.generation_report(),
     )
-    summary["timing"]["model_load_s"] = round(load_s, 3)
-    summary["generation"] = llm.generation_report()  # effective decoding settings per call kind, chat template
-    summary["outputs_cut_at_cap"] = sum(int(c.get("cut_at_cap", 0)) for c in summary["tokens"].values())
     write_json_atomic(run_dir / "summary.json", summary)
     logger = instantiate(cfg.logger)
     logger.log_run(OmegaConf.to_container(cfg, resolve=True), summary, run_dir)

@@ -54,7 +54,10 @@ def context_length(records: list[dict]) -> dict | None:
 
 
 def build_summary(*, records, state: RunState, method_name: str, model_name: str, protocol, categories,
-                  seed: int, data_info: dict, llm_usage: dict, config: dict) -> dict:
+                  seed: int, data_info: dict, llm_usage: dict, config: dict, model_load_s: float | None = None,
+                  generation: dict | None = None) -> dict:
+    """summary.json. `generation` is the model's report of its effective decoding settings per call
+    kind and its chat template (`LLM.generation_report`); None leaves the field out."""
     scores = aggregate(records, categories)
     counts = hallucination_counts(records, state)
     deviations: dict[str, int] = {}
@@ -67,7 +70,12 @@ def build_summary(*, records, state: RunState, method_name: str, model_name: str
     # Ingest usage comes from the cache entry when the memory was reused; recall/answer from this run.
     tokens = {"ingest": state.ingest_usage.get("ingest", {}), **{k: v for k, v in llm_usage.items() if k != "ingest"}}
     n = len(records)
-    return {
+    timing = {"ingest_s": round(state.ingest_s, 3), "answer_s": round(state.answer_s, 3),
+              "answer_s_per_question": round(state.answer_s / n, 4) if n else None,
+              "memory_cache_hits": state.cache_hits}
+    if model_load_s is not None:
+        timing["model_load_s"] = round(model_load_s, 3)
+    summary = {
         "method": method_name,
         "model": model_name,
         "protocol": protocol.name,
@@ -78,9 +86,7 @@ def build_summary(*, records, state: RunState, method_name: str, model_name: str
         "answer_format": {"format": getattr(protocol, "answer_format", None), **(unparsed_count(records) or {})},
         "structural_hallucination_rate": (counts[0] / counts[1] if counts and counts[1] else (0.0 if counts else None)),
         "structural_hallucination_counts": ({"outside_schema": counts[0], "generated": counts[1]} if counts else None),
-        "timing": {"ingest_s": round(state.ingest_s, 3), "answer_s": round(state.answer_s, 3),
-                   "answer_s_per_question": round(state.answer_s / n, 4) if n else None,
-                   "memory_cache_hits": state.cache_hits},
+        "timing": timing,
         "tokens": tokens,
         "context": context_length(records),
         "deviations": deviations,
@@ -92,3 +98,7 @@ def build_summary(*, records, state: RunState, method_name: str, model_name: str
         "versions": _versions(),
         "config": config,
     }
+    if generation is not None:
+        summary["generation"] = generation
+        summary["outputs_cut_at_cap"] = sum(int(c.get("cut_at_cap", 0)) for c in tokens.values())
+    return summary

@@ -311,7 +311,7 @@ def test_pipeline_resumes_an_interrupted_ingest_from_its_last_session(tmp_path):
 
     def pipeline(llm, cache_dir, run_dir):
         return Pipeline(llm=llm, embedder=BagEmbedder(), protocol=AmemProtocol(),
-                        method_factory=lambda: AMem(llm, BagEmbedder(), evo_threshold=2),
+                        method_factory=lambda _view: AMem(llm, BagEmbedder(), evo_threshold=2),
                         run_dir=run_dir, cache=MemoryCache(cache_dir), seed=0, progress=False)
 
     whole_llm = evolving_llm()
