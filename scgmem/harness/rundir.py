@@ -14,8 +14,10 @@ from omegaconf import DictConfig, OmegaConf
 from scgmem.harness.records import write_json_atomic
 
 # Settings that never change a prediction, so a resumed run may differ in them
-# (data._target_ names the class that reads the file, not what is read).
-IGNORED = {("run", "progress"), ("run", "cache_dir"), ("run", "use_memory_cache"), ("logger",), ("data", "_target_")}
+# (data._target_ names the class that reads the file, not what is read; model.cache_dir is where
+# the de-quantised embedded model is kept, ${run.cache_dir}/models by default).
+IGNORED = {("run", "progress"), ("run", "cache_dir"), ("run", "use_memory_cache"), ("logger",), ("data", "_target_"),
+           ("model", "cache_dir")}
 
 
 class RunDirMismatch(RuntimeError):
