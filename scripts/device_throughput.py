@@ -27,8 +27,6 @@ import torch  # noqa: E402
 
 from device_check import SHAPES, build_model_dir, locomo_text  # noqa: E402
 
-from scgmem.llm.attention import check_backends  # noqa: E402
-
 
 def timed(fn, sync) -> float:
     sync()
@@ -53,7 +51,8 @@ def measure_shape(name: str, args, corpus: list[str]) -> dict:
               "prompt_tokens": args.prompt, "new_tokens": args.new, "batches": {}}
     words = " ".join(corpus)[: args.prompt * 12]
     llm.generate([llm.tokenizer.decode(llm.encode(words)[:32])], max_new_tokens=4)  # warm-up: cuBLAS handles
-    for variant, kernels in (("default", llm.sdpa_backends), ("torch_choice", None)):
+    harness_kernels = llm.sdpa_backends
+    for variant, kernels in (("default", harness_kernels), ("torch_choice", None)):
         if args.cprofile and variant != "default":
             continue
         llm.sdpa_backends = kernels
@@ -65,7 +64,7 @@ def measure_shape(name: str, args, corpus: list[str]) -> dict:
         result["batches"].setdefault(variant, {})
         for batch in args.batches:
             measure_batch(llm, result["batches"][variant], name, variant, batch, base, ids, args, sync)
-    llm.sdpa_backends = check_backends(["flash", "efficient", "math"])
+    llm.sdpa_backends = harness_kernels
     if args.cprofile:  # where a generate step's time goes, in Python terms
         import cProfile
         import io
