@@ -20,3 +20,10 @@ def test_a_setting_that_changes_numbers_is_refused(tmp_path):
     check_run_dir(tmp_path, config())
     with pytest.raises(RunDirMismatch, match="method.k: 35 -> 5"):
         check_run_dir(tmp_path, config(k=5))
+
+
+def test_a_run_json_from_before_a_setting_was_ignored_still_resumes(tmp_path):
+    # run.json files written by older code hold model.cache_dir; it must not count as a difference.
+    (tmp_path / "run.json").write_text('{"config": {"model.name": "smollm2-135m", '
+                                       '"model.cache_dir": "/root/.cache/scgmem/models", "method.k": 35}}')
+    check_run_dir(tmp_path, config(cache_dir="/elsewhere"))

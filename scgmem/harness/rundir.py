@@ -24,12 +24,16 @@ class RunDirMismatch(RuntimeError):
     """The run directory holds results of a different configuration."""
 
 
+def _ignored(key: tuple) -> bool:
+    return any(key[: len(i)] == i for i in IGNORED)
+
+
 def _flatten(obj, prefix=()) -> dict:
     if isinstance(obj, dict):
         out = {}
         for k, v in obj.items():
             key = (*prefix, str(k))
-            if any(key[: len(i)] == i for i in IGNORED):
+            if _ignored(key):
                 continue
             out.update(_flatten(v, key))
         return out
@@ -43,7 +47,9 @@ def check_run_dir(run_dir: Path, cfg: DictConfig) -> None:
     if path.is_file():
         try:
             previous = json.loads(path.read_text())["config"]
-        except (ValueError, KeyError):
+            # A run.json written before a setting joined IGNORED still holds it: drop it here too.
+            previous = {k: v for k, v in previous.items() if not _ignored(tuple(k.split(".")))}
+        except (ValueError, KeyError, AttributeError):
             previous = None
         if previous is not None and previous != current:
             diffs = [f"{k}: {previous.get(k)!r} -> {current.get(k)!r}"
