@@ -30,7 +30,7 @@ from scgmem.llm.attention import attention_kernels, check_backends
 from scgmem.llm.batch_plan import split_call
 from scgmem.llm.chat_template import DEFAULT_DATE, DEFAULT_SYSTEM_PROMPT, ChatPolicy, render_messages, template_report
 from scgmem.llm.generation import SettingsLog, effective_settings, explicit_config, neutralise
-from scgmem.llm.loading import resolve_model_dir
+from scgmem.llm.loading import model_identity, resolve_model_dir
 from scgmem.llm.prefix_cache import PrefixCache, cache_keyword, layout_batch
 from scgmem.llm.protocol import TokenizerFacts
 from scgmem.llm.sampling import SeededGumbelSampler, TokenLogprobRecorder
@@ -146,7 +146,8 @@ class LLM(TokenizerFacts):
         self.settings_log = SettingsLog()
         model_dir = resolve_model_dir(path, gguf_package=gguf_package, gguf_dir=gguf_dir,
                                       gguf_file=gguf_file, cache_dir=cache_dir)
-        self.source = str(model_dir)
+        self.model_dir = str(model_dir)
+        self.source = model_identity(self.model_dir)  # path-independent: part of memory cache keys
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.tokenizer.padding_side = "left"  # decoder-only batches pad on the left
         if self.tokenizer.pad_token_id is None:

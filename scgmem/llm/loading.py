@@ -7,6 +7,7 @@ float state dict and save it as safetensors in a cache folder; later loads take 
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
@@ -85,3 +86,19 @@ def resolve_model_dir(path: str | None, *, gguf_package: str | None = None, gguf
     if path.startswith(("/", ".", "~")) and not local.exists():
         raise ModelFilesMissing(f"model folder {path} does not exist (model.path)")
     return str(local) if local.exists() else path  # else a hub id, fetched by transformers
+
+
+def model_identity(model_dir: str) -> str:
+    """What the model is, not where its files lie: a folder's name, its config and its weight files'
+    names and sizes (a hub id is its own identity). Memory cache keys use this, so moving
+    `run.cache_dir` (where the embedded model is de-quantised) keeps the cached memories valid."""
+    folder = Path(model_dir)
+    if not folder.is_dir():
+        return model_dir
+    digest = hashlib.sha256()
+    config = folder / "config.json"
+    if config.is_file():
+        digest.update(config.read_bytes())
+    for weights in sorted([*folder.glob("*.safetensors"), *folder.glob("*.bin")]):
+        digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
+    return f"{folder.name}@{digest.hexdigest()[:12]}"

@@ -99,7 +99,8 @@ def test_bad_arguments_name_the_value(tiny_model_dir):
 
 
 def test_embedded_gguf_model_is_cached_and_answers(smollm):
-    assert smollm.source.endswith("SmolLM2-135M-Instruct.Q4_1")
+    assert smollm.model_dir.endswith("SmolLM2-135M-Instruct.Q4_1")
+    assert smollm.source.startswith("SmolLM2-135M-Instruct.Q4_1@")
     assert smollm.context_window == 8192
     [[gen]] = smollm.generate([smollm.render("What is the capital of France? Answer in one word.")], max_new_tokens=8)
     assert "Paris" in gen.text
