@@ -4,6 +4,7 @@ close a run's wall time came to the time its LLM arithmetic needs (scgmem/report
     .venv/bin/python scripts/bench_compute_bound.py --run results/runs/cb_small   # or COMPUTE_BOUND_RUN=DIR
     BENCH_PARTS=compute_bound make bench                                          # same, as a bench part
     .venv/bin/python scripts/bench_compute_bound.py --quick                       # tiny shapes (smoke test)
+    .venv/bin/python scripts/bench_compute_bound.py --shards A B --wall W         # shards run side by side
 
 Kernels (scripts/gemm_timing.py), each timed as a sustained rate over short windows, best of three:
   stack    the decoder layers' 7 weight products at M rows (M = prompt tokens of a batch in prefill,
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -40,6 +42,7 @@ sys.path.insert(0, str(ROOT / "scripts"))  # gemm_timing, importable by name in 
 
 from gemm_timing import interpolate, measure, measure_two_processes  # noqa: E402
 from scgmem.report.flops import ModelShape, parse_cpuinfo, run_flops  # noqa: E402
+from scgmem.report.merge_fields import add_numbers  # noqa: E402
 
 # The summary's timing field each phase's LLM work runs inside.
 PHASE_CLOCK = {"ingest": "ingest_s", "recall": "answer_s", "answer": "answer_s"}
@@ -65,6 +68,52 @@ def load_run(run_dir: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no run summary (is --run a finished run directory?)")
     return json.loads(path.read_text())
+
+
+# The pipeline's log line for a memory built by an earlier process (scgmem/harness/pipeline.py).
+LOADED_FROM_CACHE = re.compile(r"memory of (\S+) loaded from (\S+\.json)")
+
+
+def cached_ingest(run_dir: Path) -> dict[str, dict]:
+    """Ingest usage and seconds of the memories a run loaded from the memory cache instead of
+    building them (run.log's "memory of <id> loaded from <path>", the latest line per conversation)."""
+    log_path = run_dir / "run.log"
+    paths: dict[str, Path] = {}
+    for line in (log_path.read_text(errors="replace").splitlines() if log_path.is_file() else []):
+        match = LOADED_FROM_CACHE.search(line)
+        if match:
+            paths[match.group(1)] = Path(match.group(2))
+    out = {}
+    for sample_id, path in paths.items():
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: memory named in {log_path} is gone; its ingest cannot be subtracted")
+        entry = json.loads(path.read_text())
+        out[sample_id] = {"usage": (entry.get("usage") or {}).get("ingest", {}), "ingest_s": entry.get("ingest_s", 0.0)}
+    return out
+
+
+def work_done_here(run_dirs: list[Path]) -> dict:
+    """One summary for shards that ran side by side, one process each, holding only the LLM work their
+    processes did: tokens and timings summed over the shards, less the ingest of every memory loaded
+    from the cache (a summary counts a loaded memory's ingest as part of the run's cost: right for
+    the run, wrong against the wall time of processes that did not do that work). Answers written by
+    an earlier process of a resumed run are not in its summary's tokens, so nothing to subtract there."""
+    summaries = [load_run(d) for d in run_dirs]
+    tokens = add_numbers([s.get("tokens") or {} for s in summaries])
+    timing = add_numbers([{k: v for k, v in (s.get("timing") or {}).items() if k in ("ingest_s", "answer_s")}
+                          for s in summaries])
+    subtracted = {}
+    for run_dir in run_dirs:
+        for sample_id, entry in cached_ingest(run_dir).items():
+            ingest = tokens.setdefault("ingest", {})
+            for key, value in entry["usage"].items():
+                if isinstance(value, (int, float)) and isinstance(ingest.get(key), (int, float)):
+                    ingest[key] -= value
+            timing["ingest_s"] = timing.get("ingest_s", 0.0) - float(entry["ingest_s"])
+            subtracted[f"{run_dir.name}/{sample_id}"] = entry
+    return {**summaries[0], "tokens": tokens, "timing": timing,
+            "n_questions": sum(int(s.get("n_questions") or 0) for s in summaries),
+            "shards": [str(d) for d in run_dirs], "cached_ingest_subtracted": subtracted}
 
 
 def phase_shapes(flops: dict, batch_size: int, max_batch_tokens: int, quick: bool = False) -> dict:
@@ -223,10 +272,15 @@ def gflops(rate: dict) -> dict:
 
 
 def bench_compute_bound(run_dir: Path | None = None, quick: bool = False, wall_s: float | None = None,
-                        cpu_s: float | None = None) -> dict:
+                        cpu_s: float | None = None, shards: list[Path] | None = None) -> dict:
+    """shards: run directories that ran at the same time, one process each (in place of run_dir):
+    their work is counted by `work_done_here`, and wall_s should be the span of all of them."""
     cpu = read_cpu()
     shape = TINY if quick else ModelShape.from_dir(embedded_model_dir())
-    summary = load_run(run_dir) if run_dir else None
+    if shards:
+        summary, run_dir = work_done_here(shards), Path(shards[0]).parent
+    else:
+        summary = load_run(run_dir) if run_dir else None
     if summary is not None:
         batch, max_tokens = run_settings(summary)
         shapes = [phase_shapes(f, batch, max_tokens, quick)
@@ -259,6 +313,9 @@ def bench_compute_bound(run_dir: Path | None = None, quick: bool = False, wall_s
             eff.update(cpu_s=cpu_s, efficiency_cpu=eff["compute_bound_1core_s"] / cpu_s)
         out["run"] = {"dir": str(run_dir), "method": summary.get("method"), "model": summary.get("model"),
                       "n_questions": summary.get("n_questions"), **eff}
+        if shards:
+            out["run"].update(shards=summary["shards"], cached_ingest_subtracted=summary["cached_ingest_subtracted"],
+                              wall_s_is=f"{out['run']['wall_s_is']} (shards side by side: their span)")
         out.update(compute_bound_s=eff["compute_bound_s"], wall_s=eff["wall_s"], efficiency=eff["efficiency"])
     return out
 
@@ -297,12 +354,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=os.environ.get("COMPUTE_BOUND_RUN"),
                         help="a finished run directory (summary.json); env COMPUTE_BOUND_RUN")
+    parser.add_argument("--shards", type=Path, nargs="+",
+                        help="run directories that ran side by side, one process each (instead of --run): "
+                             "only the LLM work those processes did is counted")
     parser.add_argument("--wall", type=float, help="the command's own wall seconds, if measured around it")
     parser.add_argument("--cpu-s", type=float, help="the run process's CPU seconds (user + sys), if measured")
     parser.add_argument("--quick", action="store_true", help="tiny shapes and windows (a smoke run)")
     parser.add_argument("--out", type=Path, help="JSON path (default results/bench/compute_bound-<stamp>.json)")
     args = parser.parse_args()
-    result = bench_compute_bound(args.run, quick=args.quick, wall_s=args.wall, cpu_s=args.cpu_s)
+    result = bench_compute_bound(args.run, quick=args.quick, wall_s=args.wall, cpu_s=args.cpu_s, shards=args.shards)
     out = args.out or ROOT / "results" / "bench" / f"compute_bound-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))

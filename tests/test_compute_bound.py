@@ -130,6 +130,33 @@ def test_bench_part_runs_in_quick_mode(tmp_path):
     assert result["run"]["compute_bound_peak_s"] == pytest.approx(result["run"]["flops_total"] / peak)
 
 
+def test_shards_count_only_the_work_their_processes_did(tmp_path):
+    bench = load_bench()
+    entry = tmp_path / "cache" / "conv-1.json"  # a memory built by an earlier process
+    entry.parent.mkdir()
+    entry.write_text(json.dumps({"ingest_s": 4.0, "usage": {"ingest": {"calls": 2, "prompt_tokens": 100,
+                                                                       "generated_tokens": 20, "cut_at_cap": 1}}}))
+    for name, ingest, log in (("a", (5, 250, 50), f"[t][x][INFO] scgmem: memory of conv-1 loaded from {entry}\n"),
+                              ("b", (1, 10, 2), "")):
+        run = tmp_path / name
+        run.mkdir()
+        calls, prompt, generated = ingest
+        (run / "summary.json").write_text(json.dumps({
+            "method": "scgmem", "n_questions": 3, "timing": {"ingest_s": 9.0, "answer_s": 2.0},
+            "tokens": {"ingest": {"calls": calls, "prompt_tokens": prompt, "generated_tokens": generated,
+                                  "cut_at_cap": 1},
+                       "answer": {"calls": 3, "prompt_tokens": 30, "generated_tokens": 6}}}))
+        (run / "run.log").write_text(log)
+    work = bench.work_done_here([tmp_path / "a", tmp_path / "b"])
+    assert work["tokens"]["ingest"] == {"calls": 4, "prompt_tokens": 160, "generated_tokens": 32, "cut_at_cap": 1}
+    assert work["tokens"]["answer"]["calls"] == 6 and work["n_questions"] == 6
+    assert work["timing"] == {"ingest_s": 14.0, "answer_s": 4.0}
+    assert list(work["cached_ingest_subtracted"]) == ["a/conv-1"]
+    entry.unlink()
+    with pytest.raises(FileNotFoundError, match="conv-1.json: memory named in .*run.log is gone"):
+        bench.work_done_here([tmp_path / "a"])
+
+
 def test_bench_part_names_a_missing_summary(tmp_path):
     with pytest.raises(FileNotFoundError, match="summary.json: no run summary"):
         load_bench().load_run(tmp_path)
