@@ -4,6 +4,8 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from scgmem.harness.rundir import IGNORED
+
 # Summary fields that fix what a number means; shards must agree on every one of them.
 SAME_FIELDS = ("method", "model", "protocol", "protocol_settings", "seed", "category_mapping", "generation", "versions")
 
@@ -24,8 +26,16 @@ def add_numbers(parts: list[dict]) -> dict:
 
 
 def _config_without_samples(summary: dict) -> dict:
+    """The config fields that must agree: all but data.samples and the settings a resumed run may
+    change too (scgmem/harness/rundir.py IGNORED: cache folders, progress bars, the logger)."""
     config = copy.deepcopy(summary.get("config") or {})
     (config.get("data") or {}).pop("samples", None)
+    for path in IGNORED:
+        parent = config
+        for key in path[:-1]:
+            parent = parent.get(key) if isinstance(parent, dict) else None
+        if isinstance(parent, dict):
+            parent.pop(path[-1], None)
     return config
 
 

@@ -58,3 +58,16 @@ def test_overlapping_or_different_shards_are_refused(runs, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "other/summary.json: not JSON" in err
     assert not (tmp_path / "z").exists()  # nothing written on error
+
+
+def test_shards_may_keep_their_caches_in_different_folders(runs, tmp_path):
+    # A shard resumed with run.cache_dir (and so model.cache_dir) moved is still the same run.
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    changed = summary(runs / "b")
+    changed["config"]["run"]["cache_dir"] = "/elsewhere"
+    changed["config"]["model"]["cache_dir"] = "/elsewhere/models"
+    (moved / "summary.json").write_text(json.dumps(changed))
+    (moved / "predictions.jsonl").write_text((runs / "b" / "predictions.jsonl").read_text())
+    merge_runs([runs / "a", moved], tmp_path / "merged")
+    assert summary(tmp_path / "merged")["n_questions"] == 8
