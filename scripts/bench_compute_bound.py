@@ -72,6 +72,19 @@ def load_run(run_dir: Path) -> dict:
 
 # The pipeline's log line for a memory built by an earlier process (scgmem/harness/pipeline.py).
 LOADED_FROM_CACHE = re.compile(r"memory of (\S+) loaded from (\S+\.json)")
+RESUMED = re.compile(r"resuming: (\d+) predictions already in")
+
+
+def earlier_answer_s(run_dir: Path) -> float:
+    """Answer seconds of the predictions an earlier process of a resumed run wrote: a summary's
+    answer_s sums every record's latency_s, these included (run.log's last "resuming: N" line)."""
+    log_path = run_dir / "run.log"
+    found = RESUMED.findall(log_path.read_text(errors="replace")) if log_path.is_file() else []
+    if not found:
+        return 0.0
+    with open(run_dir / "predictions.jsonl", encoding="utf-8") as f:
+        earlier = [json.loads(line) for _, line in zip(range(int(found[-1])), f)]
+    return sum(float(r.get("latency_s", 0.0)) for r in earlier)
 
 
 def cached_ingest(run_dir: Path) -> dict[str, dict]:
@@ -104,6 +117,10 @@ def work_done_here(run_dirs: list[Path]) -> dict:
                           for s in summaries])
     subtracted = {}
     for run_dir in run_dirs:
+        earlier = earlier_answer_s(run_dir)
+        if earlier:
+            timing["answer_s"] = timing.get("answer_s", 0.0) - earlier
+            subtracted[f"{run_dir.name}/answers written by an earlier process"] = {"answer_s": earlier}
         for sample_id, entry in cached_ingest(run_dir).items():
             ingest = tokens.setdefault("ingest", {})
             for key, value in entry["usage"].items():

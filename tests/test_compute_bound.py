@@ -136,7 +136,8 @@ def test_shards_count_only_the_work_their_processes_did(tmp_path):
     entry.parent.mkdir()
     entry.write_text(json.dumps({"ingest_s": 4.0, "usage": {"ingest": {"calls": 2, "prompt_tokens": 100,
                                                                        "generated_tokens": 20, "cut_at_cap": 1}}}))
-    for name, ingest, log in (("a", (5, 250, 50), f"[t][x][INFO] scgmem: memory of conv-1 loaded from {entry}\n"),
+    for name, ingest, log in (("a", (5, 250, 50), f"[t][x][INFO] scgmem: memory of conv-1 loaded from {entry}\n"
+                                                  "[t][x][INFO] resuming: 1 predictions already in a/predictions.jsonl\n"),
                               ("b", (1, 10, 2), "")):
         run = tmp_path / name
         run.mkdir()
@@ -147,11 +148,12 @@ def test_shards_count_only_the_work_their_processes_did(tmp_path):
                                   "cut_at_cap": 1},
                        "answer": {"calls": 3, "prompt_tokens": 30, "generated_tokens": 6}}}))
         (run / "run.log").write_text(log)
+        (run / "predictions.jsonl").write_text('{"latency_s": 1.5}\n{"latency_s": 0.5}\n')
     work = bench.work_done_here([tmp_path / "a", tmp_path / "b"])
     assert work["tokens"]["ingest"] == {"calls": 4, "prompt_tokens": 160, "generated_tokens": 32, "cut_at_cap": 1}
     assert work["tokens"]["answer"]["calls"] == 6 and work["n_questions"] == 6
-    assert work["timing"] == {"ingest_s": 14.0, "answer_s": 4.0}
-    assert list(work["cached_ingest_subtracted"]) == ["a/conv-1"]
+    assert work["timing"] == {"ingest_s": 14.0, "answer_s": 2.5}  # a's first answer came from an earlier process
+    assert list(work["cached_ingest_subtracted"]) == ["a/answers written by an earlier process", "a/conv-1"]
     entry.unlink()
     with pytest.raises(FileNotFoundError, match="conv-1.json: memory named in .*run.log is gone"):
         bench.work_done_here([tmp_path / "a"])

@@ -18,7 +18,7 @@ import re
 import shutil
 from pathlib import Path
 
-from scgmem.report.merge_fields import add_numbers, check_same_settings, merged_data_info
+from scgmem.report.merge_fields import add_numbers, check_same_settings, merged_data_info, merged_generation
 
 SUMMARY = "summary.json"
 PREDICTIONS = "predictions.jsonl"
@@ -95,8 +95,10 @@ def merge_summaries(shards: list[tuple[Path, dict]], records: list[dict]) -> dic
                          "samples": (s.get("data") or {}).get("samples"), "timing": s.get("timing")}
                         for p, s in zip(paths, summaries)],
     })
+    if "generation" in first:
+        merged["generation"] = merged_generation(summaries)
     if "outputs_cut_at_cap" in first:
-        merged["outputs_cut_at_cap"] = add_numbers([s.get("outputs_cut_at_cap") or {} for s in summaries])
+        merged["outputs_cut_at_cap"] = sum(int(s.get("outputs_cut_at_cap") or 0) for s in summaries)
     return merged
 
 

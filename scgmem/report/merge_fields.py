@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 from scgmem.harness.rundir import IGNORED
 
 # Summary fields that fix what a number means; shards must agree on every one of them.
-SAME_FIELDS = ("method", "model", "protocol", "protocol_settings", "seed", "category_mapping", "generation", "versions")
+SAME_FIELDS = ("method", "model", "protocol", "protocol_settings", "seed", "category_mapping", "versions")
+# Inside "generation": per call kind, how often it ran and which values it saw add up; its settings,
+# the chat template and the caps must agree. The template probe renders the shard's first prompt.
+GENERATION_TALLIES = ("calls", "max_new_tokens", "temperature", "stop")
+TEMPLATE_PROBE = ("probe", "probe_sha256")
 
 
 def add_numbers(parts: list[dict]) -> dict:
@@ -49,6 +54,43 @@ def _first_difference(a, b, where: str) -> str | None:
     return None if a == b else where
 
 
+def _generation_settings(generation) -> dict:
+    """The part of a summary's "generation" that fixes what an output means (kinds a shard never
+    called are left out: a shard whose memories all came from the cache made no ingest calls)."""
+    if not isinstance(generation, dict):
+        return {"generation": generation}
+    out = {k: v for k, v in generation.items() if k != "calls"}
+    if isinstance(out.get("chat_template"), dict):
+        out["chat_template"] = {k: v for k, v in out["chat_template"].items() if k not in TEMPLATE_PROBE}
+    for kind, call in (generation.get("calls") or {}).items():
+        out[f"calls.{kind}"] = {k: v for k, v in call.items() if k not in GENERATION_TALLIES}
+    return out
+
+
+def merged_generation(summaries: list[dict]) -> dict | None:
+    """The first shard's generation report with every shard's call kinds: counts summed, the values
+    seen (max_new_tokens, temperature, stop) united."""
+    reports = [s["generation"] for s in summaries if isinstance(s.get("generation"), dict)]
+    if not reports:
+        return None
+    merged = copy.deepcopy(reports[0])
+    calls = merged.setdefault("calls", {})
+    for report in reports[1:]:
+        for kind, call in (report.get("calls") or {}).items():
+            if kind not in calls:
+                calls[kind] = copy.deepcopy(call)
+                continue
+            for key in GENERATION_TALLIES:
+                mine, theirs = calls[kind].get(key), call.get(key)
+                if isinstance(mine, (int, float)) and isinstance(theirs, (int, float)):
+                    calls[kind][key] = mine + theirs
+                elif isinstance(mine, list) and isinstance(theirs, list):
+                    calls[kind][key] = sorted({json.dumps(v) for v in mine + theirs}, key=str)
+                    calls[kind][key] = [json.loads(v) for v in calls[kind][key]]
+    merged["calls"] = dict(sorted(calls.items()))
+    return merged
+
+
 def check_same_settings(shards: list[tuple[Path, dict]], error: type[Exception]) -> None:
     """Raise `error` naming the file and the first field where a shard differs from the first."""
     first_path, first = shards[0]
@@ -57,6 +99,12 @@ def check_same_settings(shards: list[tuple[Path, dict]], error: type[Exception])
             where = _first_difference(first.get(field), summary.get(field), field)
             if where:
                 raise error(f"{path / 'summary.json'}: field {where} differs from {first_path / 'summary.json'}")
+        mine, theirs = _generation_settings(first.get("generation")), _generation_settings(summary.get("generation"))
+        shared = {k for k in mine if k in theirs or not k.startswith("calls.")} | \
+            {k for k in theirs if not k.startswith("calls.")}
+        where = _first_difference({k: mine.get(k) for k in shared}, {k: theirs.get(k) for k in shared}, "generation")
+        if where:
+            raise error(f"{path / 'summary.json'}: field {where} differs from {first_path / 'summary.json'}")
         where = _first_difference(_config_without_samples(first), _config_without_samples(summary), "config")
         if where:
             raise error(f"{path / 'summary.json'}: field {where} differs from {first_path / 'summary.json'}")
