@@ -71,3 +71,22 @@ def test_shards_may_keep_their_caches_in_different_folders(runs, tmp_path):
     (moved / "predictions.jsonl").write_text((runs / "b" / "predictions.jsonl").read_text())
     merge_runs([runs / "a", moved], tmp_path / "merged")
     assert summary(tmp_path / "merged")["n_questions"] == 8
+
+
+def test_generation_reports_add_up_and_their_settings_must_agree(tmp_path):
+    from scgmem.report.merge_fields import check_same_settings, merged_generation
+
+    def report(calls, temperature, probe, top_k=50):
+        return {"generation": {"chat_template": {"template_sha256": "t", "probe": probe, "probe_sha256": probe},
+                               "caps": {}, "calls": {"answer/sampled": {"settings": {"top_k": top_k}, "calls": calls,
+                                                                        "max_new_tokens": [50], "temperature": temperature,
+                                                                        "stop": []}}}}
+    a, b = report(3, [0.5], "first question"), report(4, [0.7], "another question")
+    b["generation"]["calls"]["ingest/greedy"] = {"settings": {"top_k": 50}, "calls": 2}
+    check_same_settings([(tmp_path / "a", a), (tmp_path / "b", b)], MergeError)  # probes and counts may differ
+    merged = merged_generation([a, b])
+    assert merged["calls"]["answer/sampled"]["calls"] == 7
+    assert merged["calls"]["answer/sampled"]["temperature"] == [0.5, 0.7]
+    assert merged["calls"]["ingest/greedy"]["calls"] == 2
+    with pytest.raises(MergeError, match=r"b/summary.json: field generation.calls.answer/sampled.settings.top_k differs"):
+        check_same_settings([(tmp_path / "a", a), (tmp_path / "b", report(4, [0.7], "q", top_k=1))], MergeError)
