@@ -75,11 +75,15 @@ LOADED_FROM_CACHE = re.compile(r"memory of (\S+) loaded from (\S+\.json)")
 RESUMED = re.compile(r"resuming: (\d+) predictions already in")
 
 
-def earlier_answer_s(run_dir: Path) -> float:
+def read_log(run_dir: Path) -> str:
+    log_path = run_dir / "run.log"
+    return log_path.read_text(errors="replace") if log_path.is_file() else ""
+
+
+def earlier_answer_s(run_dir: Path, log: str) -> float:
     """Answer seconds of the predictions an earlier process of a resumed run wrote: a summary's
     answer_s sums every record's latency_s, these included (run.log's last "resuming: N" line)."""
-    log_path = run_dir / "run.log"
-    found = RESUMED.findall(log_path.read_text(errors="replace")) if log_path.is_file() else []
+    found = RESUMED.findall(log)
     if not found:
         return 0.0
     with open(run_dir / "predictions.jsonl", encoding="utf-8") as f:
@@ -87,19 +91,15 @@ def earlier_answer_s(run_dir: Path) -> float:
     return sum(float(r.get("latency_s", 0.0)) for r in earlier)
 
 
-def cached_ingest(run_dir: Path) -> dict[str, dict]:
+def cached_ingest(run_dir: Path, log: str) -> dict[str, dict]:
     """Ingest usage and seconds of the memories a run loaded from the memory cache instead of
     building them (run.log's "memory of <id> loaded from <path>", the latest line per conversation)."""
-    log_path = run_dir / "run.log"
-    paths: dict[str, Path] = {}
-    for line in (log_path.read_text(errors="replace").splitlines() if log_path.is_file() else []):
-        match = LOADED_FROM_CACHE.search(line)
-        if match:
-            paths[match.group(1)] = Path(match.group(2))
+    paths = {sample_id: Path(path) for sample_id, path in LOADED_FROM_CACHE.findall(log)}
     out = {}
     for sample_id, path in paths.items():
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: memory named in {log_path} is gone; its ingest cannot be subtracted")
+            raise FileNotFoundError(f"{path}: memory named in {run_dir / 'run.log'} is gone; "
+                                    "its ingest cannot be subtracted")
         entry = json.loads(path.read_text())
         out[sample_id] = {"usage": (entry.get("usage") or {}).get("ingest", {}), "ingest_s": entry.get("ingest_s", 0.0)}
     return out
@@ -117,11 +117,12 @@ def work_done_here(run_dirs: list[Path]) -> dict:
                           for s in summaries])
     subtracted = {}
     for run_dir in run_dirs:
-        earlier = earlier_answer_s(run_dir)
+        log = read_log(run_dir)
+        earlier = earlier_answer_s(run_dir, log)
         if earlier:
             timing["answer_s"] = timing.get("answer_s", 0.0) - earlier
             subtracted[f"{run_dir.name}/answers written by an earlier process"] = {"answer_s": earlier}
-        for sample_id, entry in cached_ingest(run_dir).items():
+        for sample_id, entry in cached_ingest(run_dir, log).items():
             ingest = tokens.setdefault("ingest", {})
             for key, value in entry["usage"].items():
                 if isinstance(value, (int, float)) and isinstance(ingest.get(key), (int, float)):

@@ -1,7 +1,7 @@
 """Evidence recall a run's retrieval reached, beside what the same number of turns drawn at random
 from the conversation would reach (the floor a memory must beat to be retrieving anything).
 
-    .venv/bin/python scripts/chance_evidence_recall.py results/embedded/locomo_full/predictions.jsonl.gz \
+    .venv/bin/python scripts/chance_evidence_recall.py results/embedded/locomo_full/predictions.jsonl \
         [--data data/locomo10.json] [--json out.json]
 
 For a question whose context held n distinct turns of a conversation of N turns, a uniformly random
@@ -26,6 +26,8 @@ from scgmem.data.locomo import load_locomo  # noqa: E402
 
 
 def read_records(path: Path) -> list[dict]:
+    """predictions.jsonl or .jsonl.gz, read only (scgmem.harness.records.read_predictions repairs
+    a run's own file in place, which an analysis must not do)."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]

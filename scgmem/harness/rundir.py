@@ -28,21 +28,23 @@ def _ignored(key: tuple) -> bool:
     return any(key[: len(i)] == i for i in IGNORED)
 
 
-def _flatten(obj, prefix=()) -> dict:
+def comparable_settings(obj, prefix=()) -> dict:
+    """A config (plain dict) as {"dotted.key": leaf}, without the IGNORED settings: what two runs
+    must agree on to share a run directory (or to be shards of one run)."""
     if isinstance(obj, dict):
         out = {}
         for k, v in obj.items():
             key = (*prefix, str(k))
             if _ignored(key):
                 continue
-            out.update(_flatten(v, key))
+            out.update(comparable_settings(v, key))
         return out
     return {".".join(prefix): obj}
 
 
 def check_run_dir(run_dir: Path, cfg: DictConfig) -> None:
     """Refuse a directory whose predictions come from another config; record ours otherwise."""
-    current = _flatten(OmegaConf.to_container(cfg, resolve=True))
+    current = comparable_settings(OmegaConf.to_container(cfg, resolve=True))
     path = run_dir / "run.json"
     if path.is_file():
         try:

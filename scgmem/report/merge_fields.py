@@ -5,7 +5,7 @@ import copy
 import json
 from pathlib import Path
 
-from scgmem.harness.rundir import IGNORED
+from scgmem.harness.rundir import comparable_settings
 
 # Summary fields that fix what a number means; shards must agree on every one of them.
 SAME_FIELDS = ("method", "model", "protocol", "protocol_settings", "seed", "category_mapping", "versions")
@@ -31,17 +31,11 @@ def add_numbers(parts: list[dict]) -> dict:
 
 
 def _config_without_samples(summary: dict) -> dict:
-    """The config fields that must agree: all but data.samples and the settings a resumed run may
-    change too (scgmem/harness/rundir.py IGNORED: cache folders, progress bars, the logger)."""
-    config = copy.deepcopy(summary.get("config") or {})
-    (config.get("data") or {}).pop("samples", None)
-    for path in IGNORED:
-        parent = config
-        for key in path[:-1]:
-            parent = parent.get(key) if isinstance(parent, dict) else None
-        if isinstance(parent, dict):
-            parent.pop(path[-1], None)
-    return config
+    """The config settings that must agree: those a resumed run must keep (scgmem/harness/rundir.py:
+    cache folders, progress bars and the logger may differ), but data.samples."""
+    settings = comparable_settings(summary.get("config") or {})
+    settings.pop("data.samples", None)
+    return settings
 
 
 def _first_difference(a, b, where: str) -> str | None:
@@ -54,17 +48,17 @@ def _first_difference(a, b, where: str) -> str | None:
     return None if a == b else where
 
 
-def _generation_settings(generation) -> dict:
-    """The part of a summary's "generation" that fixes what an output means (kinds a shard never
-    called are left out: a shard whose memories all came from the cache made no ingest calls)."""
+def _generation_settings(generation) -> tuple[dict, dict]:
+    """The part of a summary's "generation" that fixes what an output means: (the report without its
+    calls and template probe, {call kind: its settings without the tallies})."""
     if not isinstance(generation, dict):
-        return {"generation": generation}
-    out = {k: v for k, v in generation.items() if k != "calls"}
-    if isinstance(out.get("chat_template"), dict):
-        out["chat_template"] = {k: v for k, v in out["chat_template"].items() if k not in TEMPLATE_PROBE}
-    for kind, call in (generation.get("calls") or {}).items():
-        out[f"calls.{kind}"] = {k: v for k, v in call.items() if k not in GENERATION_TALLIES}
-    return out
+        return {"generation": generation}, {}
+    fixed = {k: v for k, v in generation.items() if k != "calls"}
+    if isinstance(fixed.get("chat_template"), dict):
+        fixed["chat_template"] = {k: v for k, v in fixed["chat_template"].items() if k not in TEMPLATE_PROBE}
+    kinds = {kind: {k: v for k, v in call.items() if k not in GENERATION_TALLIES}
+             for kind, call in (generation.get("calls") or {}).items()}
+    return fixed, kinds
 
 
 def merged_generation(summaries: list[dict]) -> dict | None:
@@ -85,8 +79,8 @@ def merged_generation(summaries: list[dict]) -> dict | None:
                 if isinstance(mine, (int, float)) and isinstance(theirs, (int, float)):
                     calls[kind][key] = mine + theirs
                 elif isinstance(mine, list) and isinstance(theirs, list):
-                    calls[kind][key] = sorted({json.dumps(v) for v in mine + theirs}, key=str)
-                    calls[kind][key] = [json.loads(v) for v in calls[kind][key]]
+                    seen = {json.dumps(v): v for v in mine + theirs}  # values may be unhashable (stop lists)
+                    calls[kind][key] = [seen[k] for k in sorted(seen)]
     merged["calls"] = dict(sorted(calls.items()))
     return merged
 
@@ -99,10 +93,13 @@ def check_same_settings(shards: list[tuple[Path, dict]], error: type[Exception])
             where = _first_difference(first.get(field), summary.get(field), field)
             if where:
                 raise error(f"{path / 'summary.json'}: field {where} differs from {first_path / 'summary.json'}")
-        mine, theirs = _generation_settings(first.get("generation")), _generation_settings(summary.get("generation"))
-        shared = {k for k in mine if k in theirs or not k.startswith("calls.")} | \
-            {k for k in theirs if not k.startswith("calls.")}
-        where = _first_difference({k: mine.get(k) for k in shared}, {k: theirs.get(k) for k in shared}, "generation")
+        (mine, my_kinds), (theirs, their_kinds) = (_generation_settings(s.get("generation"))
+                                                   for s in (first, summary))
+        # A kind only one shard called is no conflict: a shard whose memories all came from the
+        # cache made no ingest calls.
+        where = _first_difference(mine, theirs, "generation") or _first_difference(
+            {k: v for k, v in my_kinds.items() if k in their_kinds},
+            {k: v for k, v in their_kinds.items() if k in my_kinds}, "generation.calls")
         if where:
             raise error(f"{path / 'summary.json'}: field {where} differs from {first_path / 'summary.json'}")
         where = _first_difference(_config_without_samples(first), _config_without_samples(summary), "config")
