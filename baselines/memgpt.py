@@ -5,7 +5,7 @@ context holds the system prompt (with the function listing), a metadata line, th
 memory blocks and the FIFO queue; the whole transcript sits in recall storage and the
 agent's own notes in archival storage (`baselines.memgpt_functions`).
 
-Loop: each step is one greedy call primed with ``{"function": `` (the chatml wrapper's
+Loop: each step is one greedy call primed with ``{"function": "`` (the chatml wrapper's
 prefix); the reply is parsed (shared `clean_json`, then a regex per field), executed, and
 appended with its function return. Another step follows if request_heartbeat is set, if
 the call failed, or (MemGPT's local-LLM `heartbeat_correction`) if the previous message

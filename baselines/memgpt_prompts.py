@@ -16,8 +16,12 @@ from typing import Any
 from baselines.json_repair import clean_json
 from scgmem.api import Turn
 
-PROMPT_VERSION = "memgpt-1"  # bump when a prompt changes: it is part of the cache key
-PREFIX = '{"function": '  # chatml.py's assistant_prefix_extra, compacted
+PROMPT_VERSION = "memgpt-2"  # bump when a prompt changes: it is part of the cache key
+# chatml.py's assistant_prefix_extra, compacted, and carried on to the opening quote of the name:
+# a prefix ending in its lone space would end on a token that Llama-3, Qwen2 and SmolLM2 never
+# produce there (in running text the space and the quote are one token, ' "'); see
+# tests/llm/test_primed_prefixes.py.
+PREFIX = '{"function": "'
 NON_USER = "[This is an automated system message hidden from the user] "  # constants.NON_USER_MSG_PREFIX
 
 SYSTEM_PROMPT = """You are MemGPT, a memory agent. You silently observe a multi-session chat between {a} and {b}; \
@@ -67,6 +71,7 @@ ROLE = {"turn": "user", "question": "user", "alert": "user", "heartbeat": "user"
 USER_MESSAGES = ("turn", "question")  # type "user_message" for heartbeat_correction
 ARGS = ("message", "name", "content", "old_content", "new_content", "query", "page", "start_date", "end_date",
         "inner_thoughts")
+_NAME = re.compile(r"\w+")  # a function name; prose after the primed quote is no call
 QUESTION_STOP = set("what when where who whom why how which did does do is are was were the a an of to in on for "
                     "and or with has have had would could should likely about from that this their they she he "
                     "her his its it be been by at as".split())
@@ -81,7 +86,7 @@ def parse_call(raw: str) -> tuple[dict[str, Any] | None, str]:
     data = clean_json(raw)
     if data is not None and isinstance(data.get("function"), dict):  # nested: the prefix was repeated
         data = data["function"]
-    if data is not None and isinstance(data.get("function"), str) and data["function"].strip():
+    if data is not None and isinstance(data.get("function"), str) and _NAME.fullmatch(data["function"].strip()):
         params = data.get("params")
         if not isinstance(params, dict):  # arguments at top level
             params = {k: v for k, v in data.items() if k not in ("function", "params")}

@@ -39,17 +39,23 @@ def test_json_prompt_sends_amem_system_message_schema_and_primed_reply(cls):
     assert json_prompt.messages[1]["content"].startswith(text_prompt.messages[0]["content"])
 
 
-@pytest.mark.parametrize("reply, answer, parsed", [
-    ('7 May 2023"}', "7 May 2023", True),                     # the primed object, closed
-    ('7 May 2023"} I hope this helps.', "7 May 2023", True),  # text after the object is ignored
-    ('  Paris "}', "Paris", True),
-    ('7 May 2023', "7 May 2023", False),                       # cut by max_new_tokens: fallback to the text
-    ('He said "hi" twice', "He said", False),                  # unescaped quote: the string ends there
-    ('', "", False),
+@pytest.mark.parametrize("reply, answer, read", [
+    ('7 May 2023"}', "7 May 2023", "primed"),                     # the primed object, closed
+    ('7 May 2023"} I hope this helps.', "7 May 2023", "primed"),  # text after the object is ignored
+    ('  Paris "}', "Paris", "primed"),
+    # the model ignored the primer and wrote its own object (seen with small instruct models)
+    ('{"answer": "7 May 2023"}', "7 May 2023", "own_object"),
+    ('```json\n{"answer": "7 May 2023"}\n```', "7 May 2023", "own_object"),
+    ('Sure! ```\n{"answer": 2022}```', "2022", "own_object"),
+    ('{"note": "x"} then {"answer": "Paris"}', "Paris", "own_object"),  # the first object with an answer
+    ('7 May 2023', "7 May 2023", "fallback"),                       # cut by max_new_tokens: fallback to the text
+    ('He said "hi" twice', "He said", "fallback"),                  # unescaped quote: the string ends there
+    ('{"answer": "cut by the cap', "cut by the cap", "fallback"),   # an own object that never closes
+    ('', "", "fallback"),
 ])
-def test_extraction_and_fallback(reply, answer, parsed):
+def test_extraction_and_fallback(reply, answer, read):
     got, fields = extract_json_answer(reply, JSON_PREFIX)
-    assert (got, fields) == (answer, {"reply": reply, "answer_parsed": parsed})
+    assert (got, fields) == (answer, {"reply": reply, "answer_parsed": read != "fallback", "answer_read": read})
 
 
 def test_parse_takes_the_first_object_and_stringifies_non_strings():
@@ -57,8 +63,8 @@ def test_parse_takes_the_first_object_and_stringifies_non_strings():
     assert parse_json_answer('{"answer": 2022}') == "2022"
     assert parse_json_answer('{"reply": "x"}') is None and parse_json_answer("no json") is None
     # without a primed prefix, a reply that is not JSON falls back whole (A-MEM: the raw response)
-    assert extract_json_answer('The answer is "x"', prefix="") == ('The answer is "x"',
-                                                                   {"reply": 'The answer is "x"', "answer_parsed": False})
+    assert extract_json_answer('The answer is "x"', prefix="") == (
+        'The answer is "x"', {"reply": 'The answer is "x"', "answer_parsed": False, "answer_read": "fallback"})
 
 
 def test_text_format_scores_the_reply_as_generated():
@@ -82,8 +88,8 @@ def test_pipeline_scores_the_field_records_the_reply_and_counts_fallbacks(tmp_pa
     from scgmem.harness.summary import build_summary
     from scgmem.llm.fake import ScriptedLLM
 
-    def reply(prompt: str) -> str:  # a closed object for the date question, a cut reply for the other
-        return '7 May 2023"}' if "When did" in prompt else "a sunrise by the"
+    def reply(prompt: str) -> str:  # the date question: its own fenced object; the other: cut by the cap
+        return '```json\n{"answer": "7 May 2023"}\n```' if "When did" in prompt else "a sunrise by the"
 
     llm = ScriptedLLM(reply)
     node = OmegaConf.load(CONFIG_DIR / "method" / "full_context.yaml")
@@ -95,9 +101,14 @@ def test_pipeline_scores_the_field_records_the_reply_and_counts_fallbacks(tmp_pa
     assert all(p.endswith(JSON_PREFIX) for p in llm.prompts)  # every answer prompt is primed
     assert [r["prediction"] for r in records] == ["7 May 2023", "a sunrise by the"]
     assert [r["answer_parsed"] for r in records] == [True, False]
-    assert records[0]["reply"] == '7 May 2023"}' and records[0]["f1"] == 1.0
+    assert [r["answer_read"] for r in records] == ["own_object", "fallback"]
+    assert records[0]["reply"].startswith("```json") and records[0]["f1"] == 1.0
     summary = build_summary(records=records, state=RunState(), method_name="full_context", model_name="m",
                             protocol=protocol, categories=CATS, seed=0, data_info={}, llm_usage={}, config={})
-    assert summary["answer_format"] == {"format": "json", "n": 2, "unparsed": 1}
+    assert summary["answer_format"] == {"format": "json", "n": 2, "unparsed": 1,
+                                        "read": {"primed": 0, "own_object": 1, "fallback": 1}}
     assert summary["protocol_settings"]["answer_format"] == "json"
     assert unparsed_count([{"f1": 1.0}]) is None  # text-format records carry no such field
+    # records written before "answer_read" existed are counted by answer_parsed
+    assert unparsed_count([{"answer_parsed": True}, {"answer_parsed": False}])["read"] == {
+        "primed": 1, "own_object": 0, "fallback": 1}

@@ -22,6 +22,18 @@ JSON_PREFIX = '{"answer": "'
 _STRING_BODY = re.compile(r'((?:[^"\\]|\\.)*)"')  # a JSON string's characters up to its closing quote
 
 
+_OPEN_ANSWER = re.compile(r'"answer"\s*:\s*"((?:[^"\\]|\\.)*)')  # an own object's answer string, closed or cut
+_FENCE = re.compile(r"```[A-Za-z0-9_-]*")  # a Markdown code fence, with or without its language tag
+ANSWER_READS = ("primed", "own_object", "fallback")  # how an answer was read: record field "answer_read"
+
+
+def _answer_field(obj) -> str | None:
+    """obj["answer"] as a string (non-strings re-serialised), or None when there is none."""
+    if not isinstance(obj, dict) or obj.get("answer") is None:
+        return None
+    return obj["answer"] if isinstance(obj["answer"], str) else json.dumps(obj["answer"])
+
+
 def parse_json_answer(reply: str) -> str | None:
     """The `answer` field of the first JSON object in `reply` (text after it is ignored), or None.
 
@@ -35,28 +47,60 @@ def parse_json_answer(reply: str) -> str | None:
         obj, _ = json.JSONDecoder().raw_decode(reply[start:])
     except ValueError:
         return None
-    if not isinstance(obj, dict) or "answer" not in obj or obj["answer"] is None:
-        return None
-    return obj["answer"] if isinstance(obj["answer"], str) else json.dumps(obj["answer"])
+    return _answer_field(obj)
+
+
+def parse_own_object(reply: str) -> str | None:
+    r"""The `answer` field of the first JSON object that `reply` writes on its own, or None.
+
+    Instruct models often ignore the primed opening and write the whole object themselves,
+    sometimes inside a ```json fence: fences are dropped and each '{' is tried in turn, so
+    the first balanced object that parses and has an answer wins.
+
+    >>> parse_own_object('```json\n{"answer": "7 May 2023"}\n```')
+    '7 May 2023'
+    """
+    text = _FENCE.sub("", reply)
+    decoder = json.JSONDecoder()
+    for start in (i for i, ch in enumerate(text) if ch == "{"):
+        try:
+            obj, _ = decoder.raw_decode(text[start:])
+        except ValueError:
+            continue
+        answer = _answer_field(obj)
+        if answer is not None:
+            return answer
+    return None
 
 
 def extract_json_answer(reply: str, prefix: str = JSON_PREFIX) -> tuple[str, dict]:
     """(answer, record fields) of a reply that continues `prefix`.
 
-    The `answer` field of prefix + reply if it parses; else the fallback: the reply's text up
-    to its closing quote when the prefix opened a string (all of it otherwise), and
-    "answer_parsed": False. "reply" keeps the raw text either way.
+    Read in this order, and the way recorded as "answer_read":
+    - primed: the `answer` field of prefix + reply (the model continued the primed string);
+    - own_object: the `answer` field of an object the reply writes itself (fences dropped);
+    - fallback: the string after an own `"answer": "` that never closed (cut by the cap), else
+      the reply's text up to its closing quote when the prefix opened a string (all of it otherwise).
+    "answer_parsed" is False only for the fallback; "reply" keeps the raw text either way.
 
     >>> extract_json_answer('Paris"}')
-    ('Paris', {'reply': 'Paris"}', 'answer_parsed': True})
+    ('Paris', {'reply': 'Paris"}', 'answer_parsed': True, 'answer_read': 'primed'})
+    >>> extract_json_answer('{"answer": "7 May 2023"}')[0]
+    '7 May 2023'
     >>> extract_json_answer('Paris is the capital of')   # cut by max_new_tokens
-    ('Paris is the capital of', {'reply': 'Paris is the capital of', 'answer_parsed': False})
+    ('Paris is the capital of', {'reply': 'Paris is the capital of', 'answer_parsed': False, 'answer_read': 'fallback'})
     """
     answer = parse_json_answer(prefix + reply)
     if answer is not None:
-        return answer.strip(), {"reply": reply, "answer_parsed": True}
+        return answer.strip(), {"reply": reply, "answer_parsed": True, "answer_read": "primed"}
+    answer = parse_own_object(reply)
+    if answer is not None:
+        return answer.strip(), {"reply": reply, "answer_parsed": True, "answer_read": "own_object"}
+    own = _OPEN_ANSWER.search(reply)
     body = _STRING_BODY.match(reply) if prefix.endswith('"') else None
-    return (body.group(1) if body else reply).strip(), {"reply": reply, "answer_parsed": False}
+    text = own.group(1) if own else body.group(1) if body else reply
+    return (text.strip(),
+            {"reply": reply, "answer_parsed": False, "answer_read": "fallback"})
 
 
 def answer_format_note(answer_format: str) -> str:
@@ -64,13 +108,20 @@ def answer_format_note(answer_format: str) -> str:
     if answer_format == "json":
         return (f"system message {JSON_SYSTEM!r}, schema line {JSON_SCHEMA_LINE.strip()!r}, reply primed with "
                 f"{JSON_PREFIX!r}; the answer field is scored; replies that do not parse fall back to their text "
-                "(counted in answer_format.unparsed)")
+                "(counted in answer_format.unparsed; answer_format.read counts primed, own_object and fallback)")
     return "the reply is scored as generated"
 
 
 def unparsed_count(records) -> dict | None:
-    """{"n", "unparsed"} over records written in json format (None when there are none)."""
+    """{"n", "unparsed", "read"} over records written in json format (None when there are none).
+
+    "read" counts how each answer was read (ANSWER_READS); records written before that field
+    existed count as primed when they parsed and as fallback otherwise.
+    """
     rows = [r for r in records if "answer_parsed" in r]
     if not rows:
         return None
-    return {"n": len(rows), "unparsed": sum(1 for r in rows if not r["answer_parsed"])}
+    read = dict.fromkeys(ANSWER_READS, 0)
+    for r in rows:
+        read[r.get("answer_read") or ("primed" if r["answer_parsed"] else "fallback")] += 1
+    return {"n": len(rows), "unparsed": sum(1 for r in rows if not r["answer_parsed"]), "read": read}

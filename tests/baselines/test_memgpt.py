@@ -16,7 +16,7 @@ RNG = np.random.default_rng(0)
 
 
 def call(function: str, heartbeat: bool | None = None, **params) -> str:
-    """A reply as the model would write it after the primed prefix `{"function": `."""
+    """A reply as the model would write it after the primed prefix `{"function": "`."""
     if heartbeat is not None:
         params["request_heartbeat"] = heartbeat
     body = json.dumps({"function": function, "params": {"inner_thoughts": "ok", **params}})
@@ -43,14 +43,14 @@ def test_parse_call_json_nested_and_top_level():
         {"function": "conversation_search", "params": {"inner_thoughts": "ok", "query": "lake"}}, "json")
     nested = '{"function": {"function": "send_message", "params": {"message": "hi"}}}'
     assert parse_call(nested)[0] == {"function": "send_message", "params": {"message": "hi"}}
-    flat = PREFIX + '"archival_memory_search", "query": "lake", "page": 1}'
+    flat = PREFIX + 'archival_memory_search", "query": "lake", "page": 1}'
     assert parse_call(flat) == ({"function": "archival_memory_search", "params": {"query": "lake", "page": 1}}, "json")
-    cut = PREFIX + '"send_message", "params": {"inner_thoughts": "x", "message": "Caroline went to'
+    cut = PREFIX + 'send_message", "params": {"inner_thoughts": "x", "message": "Caroline went to'
     assert parse_call(cut)[0]["params"]["message"] == "Caroline went to"  # clean_json completes it
 
 
 def test_parse_call_regex_fallback_and_none():
-    broken = PREFIX + '"conversation_search" "params": {"query": "support \\"group\\"", "page": 2, "request_heartbeat": true'
+    broken = PREFIX + 'conversation_search" "params": {"query": "support \\"group\\"", "page": 2, "request_heartbeat": true'
     parsed, how = parse_call(broken)
     assert how == "regex"
     assert parsed == {"function": "conversation_search",
@@ -95,7 +95,7 @@ def test_heartbeat_rules():
 
 
 def test_regex_parsed_call_is_executed_and_counted():
-    m = agent(['"core_memory_append" "params": {"name": "human", "content": "Melanie paints"'])
+    m = agent(['core_memory_append" "params": {"name": "human", "content": "Melanie paints"'])
     m.ingest(conversation([[("Melanie", "I paint")]]), RNG)
     assert m.snapshot.core.blocks["human"].endswith("Melanie paints")
     assert m.deviations["regex_function_call"] == 1 and m.counters["call_regex"] == 1
