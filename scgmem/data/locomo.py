@@ -31,6 +31,7 @@ class LoadReport:
     malformed_evidence: int = 0  # ids that could not be parsed ("D", "D:11:26", ...)
     split_evidence: int = 0  # entries holding several ids ("D8:6; D9:17")
     dangling_evidence: int = 0  # well-formed ids that point at no turn
+    renumbered_evidence: int = 0  # ids written with leading zeros ("D30:05" read as "D30:5")
     examples: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -66,7 +67,11 @@ def parse_evidence(raw: list, known: set[str], report: LoadReport, where: str) -
                 report.malformed_evidence += 1
                 report.examples.append(f"{where}: malformed evidence id {part!r}")
                 continue
-            part = f"D{int(m.group(1))}:{int(m.group(2))}"  # "D30:05" -> "D30:5"
+            canonical = f"D{int(m.group(1))}:{int(m.group(2))}"  # "D30:05" -> "D30:5", the turn's own id
+            if canonical != part:
+                report.renumbered_evidence += 1
+                report.examples.append(f"{where}: evidence id {part!r} read as {canonical!r}")
+            part = canonical
             if part not in known:
                 report.dangling_evidence += 1
             if part not in kept:

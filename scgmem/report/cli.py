@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from scgmem.report import figures, tables, writers
-from scgmem.report.collect import NoRunsError, collect, newest_sweep
+from scgmem.report.collect import NoRunsError, collect, newest_sweep, shown_path
 from scgmem.report.paper import PaperTable
 
 log = logging.getLogger("scgmem.report")
@@ -49,7 +49,7 @@ def report(experiment: str, args) -> dict[str, list[Path]]:
     # Runs from before answer_format existed scored the reply as text.
     scoring = sorted({f"protocol={r.summary.get('protocol')}, answer_format="
                       f"{(r.summary.get('answer_format') or {}).get('format') or 'text'}" for r in runs})
-    note = f"Runs: {runs_dir} ({len(runs)} run directories). Data: {'; '.join(slices)}. Scoring: {'; '.join(scoring)}."
+    note = f"Runs: {shown_path(runs_dir)} ({len(runs)} run directories). Data: {'; '.join(slices)}. Scoring: {'; '.join(scoring)}."
     kw = {"n_resamples": args.n_resamples, "seed": args.seed}
     if experiment in ("table1", "table2"):
         paper = PaperTable(Path(args.paper) / f"{experiment}.csv", "method" if experiment == "table1" else "variant")

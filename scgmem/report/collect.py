@@ -77,6 +77,14 @@ class Run:
         return out
 
 
+def shown_path(path: str | Path) -> str:
+    """`path` as written into reports: relative to the working directory (the repository, for
+    `make` and the docs' commands) when it lies below it, so committed tables name no machine's
+    folders; as given otherwise."""
+    resolved, here = Path(path).resolve(), Path.cwd().resolve()
+    return str(resolved.relative_to(here)) if resolved.is_relative_to(here) else str(path)
+
+
 def load_run(run_dir: str | Path) -> Run:
     """Read one run directory. The config comes from `.hydra/config.yaml` (resolved where
     possible), else from the copy inside summary.json."""

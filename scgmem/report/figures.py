@@ -186,6 +186,43 @@ def figure4(runs: list[Run], out_dir: str | Path, *, n_resamples: int = 1000, se
     return _finish_sweep(fig, axes, title, data, "hops", Path(out_dir) / "fig4")
 
 
+def _log_axis(axis) -> None:
+    """A log axis with labels at 1, 2 and 5 per decade and unlabelled minor ticks: over less than
+    a decade matplotlib labels the minor ticks too, and their labels run into each other."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+# Where a point's label may go, in points from the point, tried in this order.
+_LABEL_OFFSETS = ((4, 3), (4, -9), (-4, 3), (-4, -9), (0, 8), (0, -13), (8, 10), (8, -16), (-8, 10), (-8, -16))
+
+
+def _place_labels(ax, points: list[tuple[float, float, str]], fontsize: float = 7) -> None:
+    """Annotate each (x, y, text) where its label overlaps no label placed before and no point,
+    estimating each label's box from its length (the first offset if none is free)."""
+    ax.autoscale_view()
+    to_px = ax.figure.dpi / 72.0
+    width_px, height_px = 0.6 * fontsize * to_px, 1.2 * fontsize * to_px  # one character's box
+    xy = [tuple(ax.transData.transform((x, y))) for x, y, _ in points]
+    boxes: list[tuple[float, float, float, float]] = [(px - 4, py - 4, px + 4, py + 4) for px, py in xy]
+    for (x, y, text), (px, py) in sorted(zip(points, xy), key=lambda item: -item[1][1]):
+        w, h = width_px * len(text), height_px
+        chosen = _LABEL_OFFSETS[0]
+        for dx, dy in _LABEL_OFFSETS:
+            left = px + dx * to_px - (w if dx < 0 else w / 2 if dx == 0 else 0)
+            bottom = py + dy * to_px
+            box = (left, bottom, left + w, bottom + h)
+            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in boxes):
+                chosen = (dx, dy)
+                boxes.append(box)
+                break
+        ha = "right" if chosen[0] < 0 else "center" if chosen[0] == 0 else "left"
+        ax.annotate(text, (x, y), fontsize=fontsize, xytext=chosen, textcoords="offset points", ha=ha)
+
+
 def cost_vs_f1(runs: list[Run], out_dir: str | Path, stem: str = "cost_vs_f1") -> list[Path]:
     """Average F1 against tokens and seconds per question, one point per (model, method)."""
     rows = cost_data(runs)
@@ -201,10 +238,11 @@ def cost_vs_f1(runs: list[Run], out_dir: str | Path, stem: str = "cost_vs_f1") -
             i = models.index(r["model"])
             ax.scatter(r[key], r["f1"] or 0.0, marker=markers[i % len(markers)], color=COLORS[i % len(COLORS)],
                        label=r["model"])
-            ax.annotate(METHOD_TITLES.get(r["method"]) or EXTRA_TITLES.get(r["method"], r["method"]).split(" (")[0], (r[key], r["f1"] or 0.0), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")
         if all(r[key] > 0 for r in rows):
             ax.set_xscale("log")
+            _log_axis(ax.xaxis)
+        ax.margins(x=0.12, y=0.12)  # room for the labels of the outermost points
+        _place_labels(ax, [(r[key], r["f1"] or 0.0, _method_label(r["method"])) for r in rows])
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("average F1 (%)")
@@ -214,3 +252,8 @@ def cost_vs_f1(runs: list[Run], out_dir: str | Path, stem: str = "cost_vs_f1") -
     fig.suptitle("Cost vs F1 across methods", fontsize=9)
     out_dir = Path(out_dir)
     return _save(fig, out_dir, stem) + [_write_csv(out_dir / f"{stem}.csv", rows)]
+
+
+def _method_label(method: str) -> str:
+    """A method's short title for a point label ("Dense RAG (ours)" -> "Dense RAG")."""
+    return (METHOD_TITLES.get(method) or EXTRA_TITLES.get(method, method)).split(" (")[0]

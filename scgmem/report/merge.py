@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 
 from scgmem.report.merge_fields import add_numbers, check_same_settings, merged_data_info, merged_generation
+from scgmem.report.collect import shown_path
 
 SUMMARY = "summary.json"
 PREDICTIONS = "predictions.jsonl"
@@ -91,10 +92,12 @@ def merge_summaries(shards: list[tuple[Path, dict]], records: list[dict]) -> dic
         "method_stats": {part: {k: v for s in summaries for k, v in (s.get("method_stats") or {}).get(part, {}).items()}
                          for part in ("ingest", "final")},
         "data": merged_data_info(summaries),
-        "merged_from": [{"run_dir": str(p), "n_questions": s["n_questions"],
+        "merged_from": [{"run_dir": shown_path(p), "n_questions": s["n_questions"],
                          "samples": (s.get("data") or {}).get("samples"), "timing": s.get("timing")}
                         for p, s in zip(paths, summaries)],
     })
+    if isinstance((first.get("config") or {}).get("data"), dict):  # the shards' union, not the first's slice
+        merged["config"] = {**first["config"], "data": {**first["config"]["data"], "samples": merged["data"]["samples"]}}
     if "generation" in first:
         merged["generation"] = merged_generation(summaries)
     if "outputs_cut_at_cap" in first:

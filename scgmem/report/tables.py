@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scgmem.report.collect import Run, index_runs
+from scgmem.report.collect import Run, index_runs, shown_path
 from scgmem.scoring.metrics import bootstrap_ci, category_cis, paired_bootstrap
 from scgmem.report.paper import (BASELINES, EXTRA_TITLES, IMPROVEMENT_ROW, METHOD_TITLES, METRICS, PAPER_MODELS,
                                  VARIANT_TITLES, VARIANTS, PaperTable, column, drop_row)
@@ -116,7 +116,7 @@ def _our_row(run: Run, key: str, label: str, categories: list[str], n_resamples:
     """Summary values and bootstrap CIs of one run."""
     mapping = {num: name for num, name in run.category_mapping.items() if name in categories}
     cis = category_cis(run.records, mapping, n_resamples=n_resamples, seed=seed)
-    row = Row(key=key, label=label, n=int(run.summary.get("n_questions", len(run.records))), run_dir=str(run.run_dir))
+    row = Row(key=key, label=label, n=int(run.summary.get("n_questions", len(run.records))), run_dir=shown_path(run.run_dir))
     for cat in categories:
         for metric in METRICS:
             ci = cis.get(cat, {}).get(metric)

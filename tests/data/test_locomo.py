@@ -32,6 +32,7 @@ def test_real_file_quirks_are_counted(locomo_path):
     qa = {(q.sample_id, q.index): q for c in convs for q in c.qa}
     assert qa[("conv-26", 37)].evidence == ("D8:6", "D9:17")
     assert qa[("conv-50", 69)].evidence == ("D30:5",)  # "D30:05" normalised
+    assert report.renumbered_evidence == 1  # that id is the only one written with a leading zero
     assert all(isinstance(q.answer, str) for q in qa.values() if q.answer is not None)
     adversarial = [q for q in qa.values() if q.category == 5]
     assert sum(q.answer is None for q in adversarial) == 444

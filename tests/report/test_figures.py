@@ -102,3 +102,30 @@ def test_cli_figures(tmp_path):
     assert cli.main(["all", "--runs-root", str(tmp_path / "runs"), "--out", str(out), "--n-resamples", "20"]) == 0
     assert (out / "figures" / "fig3.png").is_file() and (out / "figures" / "fig4.pdf").is_file()
     assert not (out / "tables" / "table1.md").exists()  # no table1 sweep: skipped, not an error
+
+
+def test_point_labels_do_not_overlap_and_log_axes_label_no_minor_ticks():
+    """Methods with nearly equal cost and F1 (SCG-Mem beside MemoryBank, MemGPT beside A-MEM on
+    the embedded model) get labels that do not cover each other; a log axis spanning less than
+    a decade leaves its minor ticks unlabelled."""
+    from matplotlib.figure import Figure
+
+    from scgmem.report.figures import _log_axis, _place_labels
+
+    fig = Figure(figsize=(4.5, 3.6))
+    ax = fig.subplots()
+    points = [(1500, 16.3, "SCG-Mem"), (1560, 16.1, "MemoryBank"), (1530, 16.2, "MemGPT"), (1100, 13.2, "A-MEM")]
+    ax.scatter([p[0] for p in points], [p[1] for p in points])
+    ax.set_xscale("log")
+    _log_axis(ax.xaxis)
+    _place_labels(ax, points)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.texts]
+    assert len(boxes) == 4
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), (a, b)
+    minor = [t.get_text() for t in ax.xaxis.get_minorticklabels()]
+    assert not any(minor), minor

@@ -37,6 +37,7 @@ def test_merged_shards_equal_one_process(runs):
     for phase, counts in whole["tokens"].items():
         assert merged["tokens"][phase] == counts, phase
     assert merged["data"]["samples"] == ["conv-30", "conv-26"]
+    assert merged["config"]["data"]["samples"] == ["conv-30", "conv-26"]  # the union, not the first shard's
     assert merged["data"]["ingested_turns"] == whole["data"]["ingested_turns"]
     assert merged["data"]["ingested_turns_total"] == whole["data"]["ingested_turns_total"]
     assert [m["n_questions"] for m in merged["merged_from"]] == [4, 4]
