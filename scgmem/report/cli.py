@@ -30,7 +30,8 @@ HELP = {"table1": "Table 1 beside the paper, CIs, paired bootstrap; and the cost
         "fig4": "Figure 4: F1 and BLEU-1 per category by association hops",
         "all": "all of the above, each from its experiment's newest sweep",
         "merge": "merge the run directories of one command sharded by data.samples into one",
-        "costs": "one row per run: scores, evidence recall, seconds, LLM calls and tokens, deviations"}
+        "costs": "one row per run: scores, evidence recall, seconds, LLM calls and tokens, deviations",
+        "claims": "the paper's claims (Table 1, Table 2, Figures 3-4) as paired tests on runs of the same questions"}
 
 
 def _runs_dir(args, experiment: str) -> Path:
@@ -91,6 +92,12 @@ def parser() -> argparse.ArgumentParser:
     costs.add_argument("--runs", action="append", required=True,
                        help="a directory holding runs (searched recursively); repeat for several")
     costs.add_argument("--out", default="results", help="the table goes to OUT/tables (default: %(default)s)")
+    claims = sub.add_parser("claims", help=HELP["claims"])
+    claims.add_argument("--runs", action="append", required=True,
+                        help="a directory holding runs of one model on the same questions; repeat for several")
+    claims.add_argument("--out", default="results", help="claims.md/.json go to OUT/tables (default: %(default)s)")
+    claims.add_argument("--n-resamples", type=int, default=2000, help="bootstrap resamples (default: %(default)s)")
+    claims.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
     merge = sub.add_parser("merge", help=HELP["merge"])
     merge.add_argument("runs", nargs="+", help="the shards' run directories (each holding summary.json)")
     merge.add_argument("--out", required=True, help="the new run directory (must not hold a run)")
@@ -136,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         for path in paths:
             print(path)
         return 0
+    if args.command == "claims":
+        return _claims(args)
     experiments = EXPERIMENTS if args.command == "all" else (args.command,)
     if args.command == "all":
         args.runs = None
@@ -153,6 +162,28 @@ def main(argv: list[str] | None = None) -> int:
         for path in made["tables"] + made["figures"]:
             print(path)
     return status
+
+
+def _claims(args) -> int:
+    """`scgmem-report claims`: OUT/tables/claims.md and claims.json."""
+    import json
+
+    from scgmem.report.claims import claims_markdown, paper_claims
+    try:
+        runs = [run for d in args.runs for run in collect(d)]
+        found = paper_claims(runs, n_resamples=args.n_resamples, seed=args.seed)
+    except (NoRunsError, ValueError) as e:
+        print(f"error: claims: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out) / "tables"
+    out.mkdir(parents=True, exist_ok=True)
+    note = (f"Runs: {', '.join(shown_path(d) for d in args.runs)} ({len(runs)} run directories, model "
+            f"{runs[0].model}); {args.n_resamples} resamples, seed {args.seed}.")
+    (out / "claims.md").write_text(claims_markdown(found, note), encoding="utf-8")
+    (out / "claims.json").write_text(json.dumps([c.__dict__ for c in found], indent=2) + "\n", encoding="utf-8")
+    for name in ("claims.md", "claims.json"):
+        print(out / name)
+    return 0
 
 
 if __name__ == "__main__":
