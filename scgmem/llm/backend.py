@@ -99,8 +99,8 @@ class LLM(TokenizerFacts):
         prefix_cache_min_tokens / prefix_cache_max_tokens: shortest prefix worth reusing; most
             prefix tokens kept (46 KB each for SmolLM2-135M in float32).
         memo_entries: generations kept for identical calls (same prompt, seed and settings,
-            no extra processors); a sweep job whose contexts repeat an earlier job's answers
-            them from here (0 = off). Exact up to the float rounding of batch composition.
+            no extra processors), within one job (`begin_job` empties it, so another job's
+            answers never reach this one); 0 = off. Exact up to the float rounding of batch composition.
         sdpa_backends: the attention kernels a CUDA forward may use (`scgmem.llm.attention`;
             default: not cuDNN's, which re-plans at every new KV length); None = torch's choice.
     """
