@@ -142,12 +142,14 @@ def test_two_processes_dequantise_the_embedded_model_once(tmp_path):
     assert not list(cache.glob("*.tmp*"))
 
 
-@pytest.mark.slow  # four SCG-Mem jobs of the tiny model on the joblib launcher (~1-2 min on 2 cores)
+@pytest.mark.slow  # four SCG-Mem jobs of the tiny model on the joblib launcher (~45 s on 2 cores)
 def test_k_sweep_of_four_jobs_on_two_workers_builds_the_memory_once(tmp_path, tiny_model_dir):
+    """10 sessions make the build (~2 s) outlast the two workers' start skew: without the lock both
+    first jobs built it (measured: hits [0, 0, 1, 1])."""
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "scgmem.run", "-m", "+launcher=joblib", "hydra.launcher.n_jobs=2", "model=local",
            f"model.path={tiny_model_dir}", "method=scgmem", "method.k=1,2,3,4", "data.samples=[conv-26]",
-           "data.max_sessions=1", "data.questions_per_category=1", "run.progress=false",
+           "data.max_sessions=10", "data.questions_per_category=1", "run.progress=false",
            f"run.cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={sweep}"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})

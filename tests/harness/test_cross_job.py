@@ -91,3 +91,4 @@ def test_two_jobs_in_one_process_in_either_order_equal_each_alone(tmp_path, tiny
             got = _outputs(run_dir)
             assert got["tokens"] == alone[n]["tokens"], (order, n)
             assert got == alone[n], (order, n)
+            assert got["oom"] == {"splits": 0, "rows_split": 0}
