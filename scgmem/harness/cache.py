@@ -5,13 +5,22 @@ changes the built memory: the method class and its `memory_settings()`, the mode
 weights source, dtype), how its chat template renders prompts (`prompt_fingerprint`), the seed,
 and the conversation's content (so `data.max_sessions` changes it). Files are JSON (never pickle) and written atomically; an unreadable file is
 rebuilt, not trusted.
+
+Concurrent jobs (a k sweep on the joblib launcher) need the same memory at the same time: a file
+lock per key (`<entry>.json.lock`, an OS lock, so a killed job releases it) lets one job build it
+while the others wait and then load it. A job waits with its whole process (the batching front's
+other conversations included); jobs take their conversations' locks in data order, so two jobs
+over the same `data.samples` list cannot wait on each other.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 from pathlib import Path
+
+from filelock import FileLock, Timeout
 
 from scgmem.api import Conversation
 from scgmem.harness.records import write_json_atomic
@@ -62,3 +71,22 @@ class MemoryCache:
     def save(self, path: Path, entry: dict) -> None:
         if self.enabled:
             write_json_atomic(path, {"format": CACHE_FORMAT, **entry})
+
+    @contextlib.contextmanager
+    def lock(self, path: Path | None):
+        """Hold the lock of the memory at `path` (None or a disabled cache: no lock) while it is
+        loaded or built, so concurrent jobs build each memory once."""
+        if path is None or not self.enabled:
+            yield
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(f"{path}.lock")
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            log.info("memory %s is being built by another job: waiting for it", path)
+            lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()

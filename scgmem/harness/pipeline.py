@@ -127,13 +127,14 @@ class Pipeline:
         cacheable = type(method).state_dict is not MemoryMethod.state_dict
         path = self.cache.path(method, memory_key(method, self.llm, self.seed, conv), conv.sample_id) \
             if cacheable else None
-        entry = self.cache.load(path) if path else None
-        if entry is not None:
-            method.load_state_dict(entry["state"])
-            self.state.cache_hits += 1
-            log.info("%s: memory of %s loaded from %s", method.name, conv.sample_id, path)
-        else:
-            entry = self._ingest(method, conv, path)
+        with self.cache.lock(path):  # another job building this memory now: wait, then load it
+            entry = self.cache.load(path) if path else None
+            if entry is not None:
+                method.load_state_dict(entry["state"])
+                self.state.cache_hits += 1
+                log.info("%s: memory of %s loaded from %s", method.name, conv.sample_id, path)
+            else:
+                entry = self._ingest(method, conv, path)
         # Counted whether built now or earlier: the memory's cost is part of the run's cost.
         self.state.ingest_s += entry["ingest_s"]
         _merge_usage(self.state.ingest_usage, entry["usage"])

@@ -25,12 +25,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from scgmem.data.locomo import DataError
 from scgmem.harness.cache import MemoryCache
+from scgmem.harness.gpu_sharing import claim_gpu, place_job, visible_gpus
 from scgmem.harness.pipeline import Pipeline, check_run_settings
 from scgmem.harness.records import write_json_atomic
 from scgmem.harness.rundir import RunDirMismatch, check_run_dir
 from scgmem.harness.summary import build_summary
 from scgmem.llm.chat_template import ChatPolicy
 from scgmem.llm.loading import ModelFilesMissing
+from scgmem.llm.oom import free_cuda_cache
 from scgmem.llm.usage import UsageMeter
 
 log = logging.getLogger("scgmem.run")
@@ -76,14 +78,38 @@ def _instantiate(node, what: str, **kwargs):
 
 # Models loaded by earlier jobs of this process: a Hydra multirun (basic launcher) runs its
 # jobs one after another in one process, and a k-sweep should not reload the same weights.
+# Only the weights are shared: `LLM.begin_job` drops every cache a job could see from another.
 _LOADED: dict[str, tuple[str, object]] = {}
 
 
 def _shared(slot: str, node, what: str):
     key = json.dumps(OmegaConf.to_container(node, resolve=True), sort_keys=True)
     if _LOADED.get(slot, (None,))[0] != key:  # keep one model and one embedder at most
+        # Release the previous one before loading: two 3B models (or one per GPU share) may not fit.
+        if _LOADED.pop(slot, None) is not None:
+            free_cuda_cache()
         _LOADED[slot] = (key, _instantiate(node, what))
     return _LOADED[slot][1]
+
+
+def _job_num() -> int:
+    """Hydra's job number (0-based in a multirun; a single run has none: 0)."""
+    num = HydraConfig.get().job.get("num", None)
+    return int(num) if num is not None else 0
+
+
+def _placement(cfg: DictConfig) -> tuple[DictConfig, DictConfig, dict]:
+    """The model and embedder nodes this job loads: pinned to one GPU and sized for its share of
+    it when `run.pin_gpus` / `run.jobs_per_gpu` ask (`scgmem.harness.gpu_sharing`)."""
+    try:
+        model, embedder, report = place_job(
+            OmegaConf.to_container(cfg.model, resolve=True), OmegaConf.to_container(cfg.embedder, resolve=True),
+            job_num=_job_num(), jobs_per_gpu=cfg.run.get("jobs_per_gpu", 1), pin_gpus=cfg.run.get("pin_gpus", False),
+            n_gpus=visible_gpus())
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    claim_gpu(report)
+    return OmegaConf.create(model), OmegaConf.create(embedder), report
 
 
 def split_protocol(cfg: DictConfig) -> tuple[DictConfig, dict]:
@@ -111,15 +137,19 @@ def evaluate(cfg: DictConfig) -> dict:
 
     protocol_node, chat = split_protocol(cfg)
     protocol = _instantiate(protocol_node, "protocol", categories=categories)
+    model_node, embedder_node, placement = _placement(cfg)
     start = time.perf_counter()
-    llm = _shared("model", cfg.model, f"model={choices.get('model')}")
-    llm.usage = UsageMeter()  # counts of this job only
+    llm = _shared("model", model_node, f"model={choices.get('model')}")
+    if hasattr(llm, "begin_job"):
+        llm.begin_job()  # nothing an earlier job of this process computed can reach this one
+    else:
+        llm.usage = UsageMeter()  # counts of this job only
     try:
         llm.set_chat_policy(ChatPolicy(**chat))
     except TypeError as e:
         raise UsageError(f"protocol.chat: {e}") from None
     load_s = time.perf_counter() - start
-    embedder = _shared("embedder", cfg.embedder, f"embedder={choices.get('embedder')}")
+    embedder = _shared("embedder", embedder_node, f"embedder={choices.get('embedder')}")
     method_name = choices.get("method") or "method"
     _instantiate(cfg.method, f"method={method_name}", llm=llm, embedder=embedder)  # fail fast on bad values
     pipeline = Pipeline(
@@ -137,7 +167,9 @@ def evaluate(cfg: DictConfig) -> dict:
         data_info=data.summary_info(conversations, load_report),
         llm_usage=llm.usage.snapshot(), config=OmegaConf.to_container(cfg, resolve=True),
         model_load_s=load_s, generation=llm.generation_report(),
+        oom=llm.oom.report() if hasattr(llm, "oom") else None,
     )
+    summary["placement"] = placement
     write_json_atomic(run_dir / "summary.json", summary)
     logger = instantiate(cfg.logger)
     logger.log_run(OmegaConf.to_container(cfg, resolve=True), summary, run_dir)

@@ -55,9 +55,10 @@ def context_length(records: list[dict]) -> dict | None:
 
 def build_summary(*, records, state: RunState, method_name: str, model_name: str, protocol, categories,
                   seed: int, data_info: dict, llm_usage: dict, config: dict, model_load_s: float | None = None,
-                  generation: dict | None = None) -> dict:
+                  generation: dict | None = None, oom: dict | None = None) -> dict:
     """summary.json. `generation` is the model's report of its effective decoding settings per call
-    kind and its chat template (`LLM.generation_report`); None leaves the field out."""
+    kind and its chat template (`LLM.generation_report`); `oom`: batches split after CUDA
+    out-of-memory (`scgmem.llm.oom.OomSplitter.report`). None leaves a field out."""
     scores = aggregate(records, categories)
     counts = hallucination_counts(records, state)
     deviations: dict[str, int] = {}
@@ -101,4 +102,6 @@ def build_summary(*, records, state: RunState, method_name: str, model_name: str
     if generation is not None:
         summary["generation"] = generation
         summary["outputs_cut_at_cap"] = sum(int(c.get("cut_at_cap", 0)) for c in tokens.values())
+    if oom is not None:
+        summary["oom"] = oom
     return summary

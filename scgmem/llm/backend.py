@@ -31,6 +31,7 @@ from scgmem.llm.batch_plan import split_call
 from scgmem.llm.chat_template import DEFAULT_DATE, DEFAULT_SYSTEM_PROMPT, ChatPolicy, render_messages, template_report
 from scgmem.llm.generation import SettingsLog, effective_settings, explicit_config, neutralise
 from scgmem.llm.loading import model_identity, resolve_model_dir
+from scgmem.llm.oom import OomSplitter
 from scgmem.llm.prefix_cache import PrefixCache, cache_keyword, layout_batch
 from scgmem.llm.protocol import TokenizerFacts
 from scgmem.llm.sampling import SeededGumbelSampler, TokenLogprobRecorder
@@ -98,8 +99,8 @@ class LLM(TokenizerFacts):
         prefix_cache_min_tokens / prefix_cache_max_tokens: shortest prefix worth reusing; most
             prefix tokens kept (46 KB each for SmolLM2-135M in float32).
         memo_entries: generations kept for identical calls (same prompt, seed and settings,
-            no extra processors); a sweep job whose contexts repeat an earlier job's answers
-            them from here (0 = off). Exact up to the float rounding of batch composition.
+            no extra processors), within one job (`begin_job` empties it, so another job's
+            answers never reach this one); 0 = off. Exact up to the float rounding of batch composition.
         sdpa_backends: the attention kernels a CUDA forward may use (`scgmem.llm.attention`;
             default: not cuDNN's, which re-plans at every new KV length); None = torch's choice.
     """
@@ -171,6 +172,7 @@ class LLM(TokenizerFacts):
         self.memo_entries = memo_entries
         self.memo: OrderedDict | None = OrderedDict() if memo_entries else None
         self.sdpa_backends = check_backends(sdpa_backends)
+        self.oom = OomSplitter()  # a batch out of GPU memory is split, not fatal (scgmem/llm/oom.py)
 
     # ------------------------------------------------------------------ text <-> tokens
     def _eos_ids(self) -> list[int]:
@@ -204,6 +206,20 @@ class LLM(TokenizerFacts):
 
     def set_chat_policy(self, policy: ChatPolicy) -> None:
         self.chat = policy
+
+    def begin_job(self) -> None:
+        """Start a job (one run of a sweep) with nothing an earlier job of this process left:
+        the memo, the prefix cache, the usage and settings counts and the OOM count. Which jobs
+        share a process depends on the launcher's timing (joblib), and a memo hit or a kept prefix
+        changes a batch's composition, so keeping them would let scheduling change outputs."""
+        self.usage = UsageMeter()
+        self.settings_log = SettingsLog()
+        self.oom = OomSplitter()
+        if self.memo is not None:
+            self.memo.clear()
+        if self.prefix_cache is not None:  # a new one: also drops `reserve`d room and its counters
+            self.prefix_cache = PrefixCache(self.model, min_tokens=self.prefix_cache.min_tokens,
+                                            max_tokens=self.prefix_cache.max_tokens)
 
     @property
     def prompt_fingerprint(self) -> str:
@@ -270,9 +286,9 @@ class LLM(TokenizerFacts):
         pending = [i for i in range(len(prompts)) if results[i] is None]
         encoded = {i: self._fit_window(self.encode(prompts[i]), max_new_tokens) for i in pending}
         for idx in self._batches(pending, prompts, encoded, max_new_tokens, num_beams):
-            batch = [encoded[i] for i in idx]
-            batch_seeds = [seeds[i] for i in idx] if seeds is not None else None
-            outs = self._generate_batch(batch, config, temperature, batch_seeds, processors, stop)
+            outs = self.oom.run(lambda part: self._generate_batch(  # halves a batch that runs out of GPU memory
+                [encoded[i] for i in part], config, temperature,
+                [seeds[i] for i in part] if seeds is not None else None, processors, stop), idx)
             for i, out in zip(idx, outs):
                 results[i] = out
                 if keys[i] is not None:

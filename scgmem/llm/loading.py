@@ -4,6 +4,11 @@ A GGUF model is de-quantised by transformers on every load (~16-30 s on 2 CPU co
 refuses `save_pretrained` while its config says it is quantised. So we load it once,
 drop `config.quantization_config`, rebuild a plain model from that config, load the
 float state dict and save it as safetensors in a cache folder; later loads take < 1 s.
+
+Jobs started at once with a fresh cache folder would all de-quantise into it, and one job's
+final rename removed a folder another was reading ("Couldn't instantiate the backend
+tokenizer"). So the folder is built once (`build_dir_once`): under a file lock, into a
+temporary sibling, renamed into place; the others wait and then load it.
 """
 from __future__ import annotations
 
@@ -14,6 +19,9 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable
+
+from filelock import FileLock, Timeout
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +53,47 @@ def find_gguf(gguf_package: str | None, gguf_dir: str | None, gguf_file: str) ->
     return path
 
 
+def build_dir_once(out_dir: Path, build: Callable[[Path], None], done: Callable[[Path], bool]) -> Path:
+    """Make folder `out_dir` exist, built by `build(tmp)` once across processes: under the file
+    lock `<out_dir>.lock`, into a temporary sibling renamed into place, so a reader finds no
+    folder or a whole one. `done(out_dir)` tells a whole folder; one that is not (left by a
+    crash before this lock existed) is rebuilt."""
+    if done(out_dir):
+        return out_dir
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(f"{out_dir}.lock")  # an OS lock: a killed process releases it
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.info("%s is being built by another process: waiting for it", out_dir)
+        lock.acquire()
+    try:
+        if done(out_dir):  # built by the process we waited for
+            return out_dir
+        tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=out_dir.name + ".tmp"))
+        try:
+            build(tmp)
+            if out_dir.exists():
+                shutil.rmtree(out_dir)
+            os.replace(tmp, out_dir)  # a crash mid-build leaves only a .tmp folder, never a half one
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    finally:
+        lock.release()
+    return out_dir
+
+
 def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
-    """De-quantise `gguf_path` to a float safetensors folder `out_dir` (atomically)."""
+    """De-quantise `gguf_path` to a float safetensors folder `out_dir` (once, atomically)."""
+    return build_dir_once(out_dir, lambda tmp: _dequantise(gguf_path, tmp), _has_weights)
+
+
+def _has_weights(folder: Path) -> bool:
+    return (folder / "model.safetensors").is_file()
+
+
+def _dequantise(gguf_path: Path, out_dir: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -60,14 +107,8 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(quantised.state_dict())
     plain.generation_config = quantised.generation_config
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=out_dir.name + ".tmp"))
-    plain.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)  # a crash mid-save leaves only a .tmp folder, never a half cache
-    return out_dir
+    plain.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
 
 
 def resolve_model_dir(path: str | None, *, gguf_package: str | None = None, gguf_dir: str | None = None,
@@ -76,10 +117,7 @@ def resolve_model_dir(path: str | None, *, gguf_package: str | None = None, gguf
     if gguf_file:
         gguf_path = find_gguf(gguf_package, gguf_dir, gguf_file)
         cache = Path(cache_dir) if cache_dir else default_cache_dir() / "models"
-        out_dir = cache / gguf_path.stem
-        if not (out_dir / "model.safetensors").is_file():
-            convert_gguf(gguf_path, out_dir)
-        return str(out_dir)
+        return str(convert_gguf(gguf_path, cache / gguf_path.stem))
     if not path:
         raise ValueError("model.path (a hub id or a folder) or model.gguf_file is required")
     local = Path(path).expanduser()

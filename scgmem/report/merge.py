@@ -102,6 +102,9 @@ def merge_summaries(shards: list[tuple[Path, dict]], records: list[dict]) -> dic
         merged["generation"] = merged_generation(summaries)
     if "outputs_cut_at_cap" in first:
         merged["outputs_cut_at_cap"] = sum(int(s.get("outputs_cut_at_cap") or 0) for s in summaries)
+    if "oom" in first:  # batches split after CUDA out-of-memory, summed over the shards
+        merged["oom"] = add_numbers([s.get("oom") or {} for s in summaries])
+    merged.pop("placement", None)  # each shard ran on its own device
     return merged
 
 

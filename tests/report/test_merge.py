@@ -41,6 +41,8 @@ def test_merged_shards_equal_one_process(runs):
     assert merged["data"]["ingested_turns"] == whole["data"]["ingested_turns"]
     assert merged["data"]["ingested_turns_total"] == whole["data"]["ingested_turns_total"]
     assert [m["n_questions"] for m in merged["merged_from"]] == [4, 4]
+    assert merged["oom"] == whole["oom"] == {"splits": 0, "rows_split": 0}  # summed over the shards
+    assert "placement" not in merged  # each shard ran on its own device
 
 
 def test_overlapping_or_different_shards_are_refused(runs, tmp_path, capsys):
