@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scgmem.api.paths import SAFE_NAME_RULE, is_safe_name
 from scgmem.api.types import OFFICIAL_CATEGORIES, QA, Conversation, Session, Turn
 
 _DIA_ID = re.compile(r"^D(\d+):(\d+)$")
@@ -84,6 +85,7 @@ def _load_sessions(conv: dict, where: str) -> tuple[Session, ...]:
     if not numbers:
         raise DataError(f"{where}: no 'session_<n>' fields")
     sessions = []
+    seen_ids: set[str] = set()
     for n in numbers:
         turns_raw = _require(conv, f"session_{n}", list, where)
         date = _require(conv, f"session_{n}_date_time", str, where)
@@ -96,6 +98,9 @@ def _load_sessions(conv: dict, where: str) -> tuple[Session, ...]:
             caption = t.get("blip_caption")
             if caption is not None and not isinstance(caption, str):
                 raise DataError(f"{tw}: field 'blip_caption' should be str, got {type(caption).__name__}")
+            if dia_id in seen_ids:  # evidence points at turns by dia_id: it must name one turn
+                raise DataError(f"{tw}: field 'dia_id' {dia_id[:40]!r} appears twice in the conversation")
+            seen_ids.add(dia_id)
             turns.append(Turn(dia_id, speaker, text, n, date, caption or None))
         sessions.append(Session(n, date, tuple(turns)))
     return tuple(sessions)
@@ -142,15 +147,25 @@ def load_locomo(path: str | Path) -> tuple[list[Conversation], LoadReport]:
         raise DataError(f"{path}: not UTF-8 text (byte {e.start}); is this the LoCoMo JSON?") from None
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        raise DataError(f"{path}: not valid JSON ({str(e).splitlines()[0][:80]})") from None
+    except RecursionError:
+        raise DataError(f"{path}: not valid JSON (nested too deeply)") from None
     if not isinstance(raw, list):
         raise DataError(f"{path}: top level should be a list of samples, got {type(raw).__name__}")
     if not raw:
         raise DataError(f"{path}: the list of samples is empty")
     report = LoadReport()
     conversations = []
+    seen: set[str] = set()
     for s, sample in enumerate(raw):
         where = f"{path} sample[{s}]"
         sample_id = _require(sample, "sample_id", str, where)
+        if not is_safe_name(sample_id):  # it names files: memory/<sample_id>.json, the memory cache
+            raise DataError(f"{where}: field 'sample_id' must be {SAFE_NAME_RULE}, got {sample_id[:80]!r}")
+        if sample_id in seen:
+            raise DataError(f"{where}: field 'sample_id' {sample_id!r} appears twice")
+        seen.add(sample_id)
         where = f"{path} sample {sample_id}"
         conv = _require(sample, "conversation", dict, where)
         speaker_a = _require(conv, "speaker_a", str, f"{where}.conversation")

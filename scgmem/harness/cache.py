@@ -23,6 +23,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from scgmem.api import Conversation
+from scgmem.api.paths import path_under
 from scgmem.harness.records import write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ class MemoryCache:
         self.enabled = enabled
 
     def path(self, method, key: str, sample_id: str) -> Path:
-        return self.root / method.name / key / f"{sample_id}.json"
+        return path_under(self.root, method.name, key, f"{sample_id}.json")  # sample_id comes from the data file
 
     def load(self, path: Path) -> dict | None:
         if not self.enabled or not path.is_file():

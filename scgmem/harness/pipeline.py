@@ -29,6 +29,7 @@ import numpy as np
 from tqdm import tqdm
 
 from scgmem.api import Conversation, MemoryMethod
+from scgmem.api.paths import path_under
 from scgmem.data.locomo import scored_questions
 from scgmem.harness.cache import MemoryCache, memory_key
 from scgmem.harness.records import PredictionWriter, read_predictions, write_json_atomic
@@ -141,7 +142,7 @@ class Pipeline:
         self.state.ingest_stats[conv.sample_id] = entry["stats"]
         exported = method.export()
         if exported is not None:
-            write_json_atomic(self.run_dir / "memory" / f"{conv.sample_id}.json", exported)
+            write_json_atomic(path_under(self.run_dir / "memory", f"{conv.sample_id}.json"), exported)
             if "concepts" in exported:
                 self.state.schemas[conv.sample_id] = set(exported["concepts"])
         return method

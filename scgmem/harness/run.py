@@ -23,6 +23,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from scgmem.api.paths import UnsafePath
 from scgmem.data.locomo import DataError
 from scgmem.harness.cache import MemoryCache
 from scgmem.harness.gpu_sharing import claim_gpu, place_job, visible_gpus
@@ -185,7 +186,7 @@ def task(cfg: DictConfig):
     fresh = not (run_dir / "predictions.jsonl").exists()
     try:
         summary = evaluate(cfg)
-    except (UsageError, DataError, ModelFilesMissing, RunDirMismatch) as e:
+    except (UsageError, DataError, ModelFilesMissing, RunDirMismatch, UnsafePath) as e:
         if _debug():
             raise
         _fail(str(e), run_dir, fresh and not (run_dir / "predictions.jsonl").exists())

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scgmem.report.collect import Run
+from scgmem.report.writers import md_text
 
 ABOVE, BELOW, UNCLEAR = "holds", "does not hold", "cannot be told apart"
 # SCG-Mem's settings in the paper's main configuration (configs/method/scgmem.yaml).
@@ -155,10 +156,10 @@ def paper_claims(runs: list[Run], n_resamples: int = 2000, seed: int = 0) -> lis
 def claims_markdown(claims: list[Claim], note: str) -> str:
     """The claims table and, below it, every paired test behind it."""
     lines = ["| claim | verdict | evidence (average F1, percent points; 95% CI) |", "|---|---|---|"]
-    lines += [f"| {c.claim} | **{c.verdict}** | {c.evidence} |" for c in claims]
+    lines += [f"| {c.claim} | **{c.verdict}** | {md_text(c.evidence)} |" for c in claims]
     lines += ["", "Paired tests (stratified paired bootstrap of average F1, a minus b):", "",
               "| claim | a | b | n | diff | 95% CI | p (two-sided) |", "|---|---|---|---|---|---|---|"]
     for c in claims:
-        lines += [f"| {c.claim} | {t['a']} | {t['b']} | {t['n']} | {t['diff']:+.2f} | "
+        lines += [f"| {c.claim} | {md_text(t['a'])} | {md_text(t['b'])} | {t['n']} | {t['diff']:+.2f} | "
                   f"[{t['ci_low']:+.2f}, {t['ci_high']:+.2f}] | {t['p_value']:.3f} |" for t in c.tests]
     return "\n".join(lines + ["", note, ""])

@@ -14,6 +14,7 @@ import csv
 from pathlib import Path
 
 from scgmem.report.collect import SUMMARY, Run
+from scgmem.report.writers import md_text
 
 QUESTION_PHASES = ("recall", "answer")
 
@@ -80,7 +81,7 @@ def write_costs(runs: list[Run], out_dir: Path) -> list[Path]:
                   _f(r["answer_s_per_question"], 1), _f(r["ingest_calls_per_turn"]), _f(r["ingest_tokens_per_turn"], 0),
                   _f(r["calls_per_question"]), _f(r["tokens_per_question"], 0),
                   ", ".join(f"{k} {v}" for k, v in sorted(r["deviations"].items())) or "none"]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(md_text(c) for c in cells) + " |")
     md = out_dir / "costs.md"
     md.write_text("\n".join(lines) + "\n\nF1 / BLEU-1 in percent; ER = evidence recall (0-1). Ingest s counts "
                   "memory loaded from the cache at the cost it was built with.\n", encoding="utf-8")

@@ -65,11 +65,11 @@ def to_markdown(table: Table) -> str:
     for block in table.blocks:
         paper = block.paper_model or "none"
         same = " (the paper did not run this model)" if block.paper_model not in (None, block.model) else ""
-        lines += [f"### {block.model} — paper numbers: {paper}{same}", "",
+        lines += [f"### {md_text(block.model)} — paper numbers: {md_text(paper)}{same}", "",
                   "| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(cols) + 1)]
         for row in block.rows:
             cells = [row.cells.get(column(c, m), Cell()) for c, m in cols]
-            lines.append("| " + " | ".join([row.label, "ours", *(_ours_text(x) for x in cells),
+            lines.append("| " + " | ".join([md_text(row.label), "ours", *(_ours_text(x) for x in cells),
                                             "" if row.n is None else str(row.n)]) + " |")
             lines.append("| " + " | ".join(["", "paper", *(_paper_text(x) for x in cells), ""]) + " |")
         if block.paired:
@@ -80,7 +80,7 @@ def to_markdown(table: Table) -> str:
                 ci = "–" if p["ci_low"] is None else f"[{p['ci_low']:+.2f}, {p['ci_high']:+.2f}]"
                 pv = "–" if p["p_value"] is None else f"{p['p_value']:.3f}"
                 lines.append(f"| {CATEGORY_TITLES.get(p['category'], p['category'])} | {METRIC_TITLES[p['metric']]} "
-                             f"| {p['a']} | {p['b']} | {p['n']} | {_fmt(p['diff'], signed=True)} | {ci} | {pv} |")
+                             f"| {md_text(p['a'])} | {md_text(p['b'])} | {p['n']} | {_fmt(p['diff'], signed=True)} | {ci} | {pv} |")
         lines.append("")
     lines += [f"- {note}" for note in _legend(table)]
     return "\n".join(lines) + "\n"
@@ -109,8 +109,20 @@ def to_records(table: Table) -> tuple[list[dict], list[dict]]:
     return cells, paired
 
 
+_LATEX_SPECIAL = {"\\": "\\textbackslash{}", "&": "\\&", "%": "\\%", "$": "\\$", "#": "\\#", "_": "\\_",
+                  "{": "\\{", "}": "\\}", "~": "\\textasciitilde{}", "^": "\\textasciicircum{}"}
+
+
 def _latex_escape(text: str) -> str:
-    return text.replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("%", "\\%").replace("&", "\\&")
+    """Text (labels, model names: anything a config or a model wrote) as literal LaTeX, on one line."""
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in " ".join(str(text).split()))
+
+
+def md_text(text) -> str:
+    """Text as one literal Markdown table cell: a '|' would end the cell, a newline the row, and
+    '<' could open HTML; labels and notes may come from configs, data or model outputs."""
+    flat = " ".join(str(text).split())
+    return flat.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def to_latex(table: Table) -> str:

@@ -261,3 +261,18 @@ def test_cli_writes_tables_and_fails_cleanly(table1_runs, tmp_path, capsys):
     assert "paper numbers: qwen2.5-3b" in md and "12.57" in md  # the real paper CSV, A-MEM on Qwen2.5-3B
     assert cli.main(["table2", "--runs-root", str(tmp_path / "none"), "--out", str(out)]) == 2
     assert "error: table2:" in capsys.readouterr().err
+
+
+def test_text_from_configs_data_or_models_cannot_break_markdown_or_latex_tables():
+    from scgmem.report.writers import _latex_escape, md_text
+
+    hostile = "a|b\nc <script>x</script> 50% $x$ #1 {y} ~z^ back\\slash"
+    cell = md_text(hostile)
+    assert "\n" not in cell and "<script>" not in cell
+    assert cell.count("|") == cell.count("\\|") == 1  # every pipe escaped: the row keeps its columns
+    row = "| " + " | ".join([cell, "x"]) + " |"
+    assert len([c for c in row.replace("\\|", "").split("|")]) == 4  # "", cell, "x", ""
+    tex = _latex_escape(hostile)
+    for raw, escaped in (("%", "\\%"), ("$", "\\$"), ("#", "\\#"), ("{", "\\{"), ("_", "\\_")):
+        assert tex.count(raw) == tex.count(escaped) or raw in "{", (raw, tex)
+    assert "\n" not in tex and "\\textbackslash{}" in tex and "\\textasciitilde{}" in tex
