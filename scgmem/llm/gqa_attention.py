@@ -62,6 +62,23 @@ def register() -> None:
 
     AttentionInterface.register(NAME, gqa_sdpa_forward)
     ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
+    AttentionInterface.register("repeat_kv_sdpa", repeat_kv_sdpa_forward)
+    ALL_MASK_ATTENTION_FUNCTIONS.register("repeat_kv_sdpa", sdpa_mask)
+
+
+def repeat_kv_sdpa_forward(module, query, key, value, attention_mask, dropout: float = 0.0,
+                           scaling: float | None = None, is_causal: bool | None = None, **kwargs):
+    """SDPA after repeating K/V per query head at every call: what transformers' `sdpa` does under
+    torch.compile and in masked prefill. Registered as `repeat_kv_sdpa` by `register` for
+    benchmarks (scripts/bench_attention.py, scripts/device_throughput.py), not a config choice."""
+    from transformers.integrations.sdpa_attention import repeat_kv
+
+    groups = getattr(module, "num_key_value_groups", 1)
+    key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    causal = query.shape[2] > 1 and attention_mask is None and (is_causal if is_causal is not None else True)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
+                                         scale=scaling, is_causal=bool(causal))
+    return out.transpose(1, 2).contiguous(), None
 
 
 def check_implementation(name: str) -> str:
