@@ -61,3 +61,17 @@ def test_compiled_greedy_matches_eager(tiny_model_dir):
     report = compiled.generation_report()["static_decode"]
     assert report["compile"] is True and report["compiled_graphs"] >= 1
     assert report["compiled_graphs"] <= 2 * len(report["shapes"])  # bounded by the buckets
+
+
+def test_shards_merge_their_static_decode_counts(tmp_path):
+    from scgmem.report.merge import MergeError
+    from scgmem.report.merge_fields import check_same_settings, merged_generation
+
+    def report(batches, graphs, shapes):
+        return {"generation": {"caps": {}, "attn_implementation": "gqa_sdpa", "calls": {},
+                               "static_decode": {"compile": True, "batches": batches, "shapes": shapes,
+                                                 "compiled_graphs": graphs}}}
+    a, b = report(3, 2, [[1, 256]]), report(5, 1, [[1, 256], [8, 512]])
+    check_same_settings([(tmp_path / "a", a), (tmp_path / "b", b)], MergeError)  # tallies may differ
+    assert merged_generation([a, b])["static_decode"] == {"compile": True, "batches": 8, "compiled_graphs": 3,
+                                                          "shapes": [[1, 256], [8, 512]]}
