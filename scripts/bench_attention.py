@@ -13,6 +13,14 @@ of `--repeats` kept (the machine is shared). Implementations:
   gqa_sdpa        the harness's (scgmem/llm/gqa_attention.py): no copy, compiled or not
 Prints ms per step and the ratios to repeat_kv_sdpa, with the CPU's vector flags. A benchmark,
 not a test: numbers depend on the machine and its load.
+
+Also, per (rows, prompt), one layer's attention alone through each function, for a decode query
+per row and for a padded batch prefill (causal + padding mask, as transformers builds it).
+
+`--compiled`: the same steps through the compiled forward on a StaticCache (lever 1; the prefix's
+states copied into every row's slots by scgmem/llm/static_decode.py, the mask over all slots so the
+shapes stay fixed), for sdpa (which repeats K/V under compile) and gqa_sdpa; the first step of each
+shape compiles and is reported apart (`compile_s`).
 """
 from __future__ import annotations
 
@@ -39,6 +47,61 @@ def cpu_flags() -> list[str]:
     return sorted({w for w in text.split() if w.startswith("avx") or w.startswith("amx")})
 
 
+def compiled_ms(model, prefix, length: int, rows: int, step_ids, steps: int) -> tuple[float, float]:
+    """(seconds of the first, compiling step; ms per later step) of the compiled forward on a static cache."""
+    from transformers.generation.configuration_utils import CompileConfig
+
+    from scgmem.llm.static_decode import StaticDecode, slot_bucket
+
+    static = StaticDecode(model)
+    slots = slot_bucket(length + steps + 1)
+    forward = model.get_compiled_call(CompileConfig(mode="default"))
+    cache = static.cache_for(rows, length, steps + 1, prefix, length)
+    mask = torch.zeros(rows, slots, dtype=torch.long)
+    mask[:, :length] = 1
+    mask[0, 0] = 0
+    times = []
+    for step in range(steps + 1):
+        mask[:, length + step] = 1
+        positions = torch.full((rows, 1), length + step - 1) - (torch.arange(rows) == 0).long()[:, None]
+        start = time.perf_counter()
+        forward(input_ids=step_ids, attention_mask=mask.clone(), position_ids=positions, cache=cache,
+                use_cache=True, logits_to_keep=1)
+        times.append(time.perf_counter() - start)
+    return times[0], 1000 * min(times[1:])
+
+
+def attention_kernel_ms(config, rows: int, length: int, repeats: int, phase: str) -> dict:
+    """ms of one layer's attention per function: a padded batch prefill (row 0 one token shorter;
+    phase "prefill") or one decode query per row over `length` keys (phase "decode")."""
+    from types import SimpleNamespace
+
+    from transformers import AttentionInterface
+
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    dim = config.hidden_size // heads
+    g = torch.Generator().manual_seed(0)
+    q_len = length if phase == "prefill" else 1
+    q = torch.randn(rows, heads, q_len, dim, generator=g)
+    k, v = (torch.randn(rows, kv_heads, length, dim, generator=g) for _ in range(2))
+    mask = torch.ones(q_len, length, dtype=torch.bool).tril(length - q_len)[None, None].repeat(rows, 1, 1, 1)
+    mask[0, :, :, 0] = False
+    mask[0, :, 0, 0] = q_len > 1  # prefill: the padded position attends to itself (no all-masked row)
+    module = SimpleNamespace(num_key_value_groups=heads // kv_heads, is_causal=True, training=False)
+    out = {}
+    for name in IMPLEMENTATIONS:
+        function = AttentionInterface()[name]
+        function(module, q, k, v, mask, scaling=dim ** -0.5)  # warm-up: first-call allocations
+        best = None
+        for _ in range(repeats):
+            start = time.perf_counter()
+            function(module, q, k, v, mask, scaling=dim ** -0.5)
+            ms = 1000 * (time.perf_counter() - start)
+            best = ms if best is None else min(best, ms)
+        out[f"{phase}_attention_{name}_ms_per_layer"] = round(best, 3)
+    return out
+
+
 def decode_ms(model, cache, step_ids, mask, steps: int) -> float:
     """ms per decode step over `steps` steps on a copy of `cache`."""
     cache = copy.deepcopy(cache)
@@ -50,7 +113,7 @@ def decode_ms(model, cache, step_ids, mask, steps: int) -> float:
 
 
 @torch.inference_mode()
-def bench(llm, rows_list: list[int], prompts: list[int], steps: int, repeats: int, emit) -> dict:
+def bench(llm, rows_list: list[int], prompts: list[int], steps: int, repeats: int, emit, compiled: bool = False) -> dict:
     from transformers import DynamicCache
 
     from scgmem.llm.gqa_attention import register
@@ -80,6 +143,15 @@ def bench(llm, rows_list: list[int], prompts: list[int], steps: int, repeats: in
             entry = {**{f"{k}_ms": round(v, 3) for k, v in best.items()},
                      **{f"{k}_over_repeat_kv": round(v / best["repeat_kv_sdpa"], 3) for k, v in best.items()
                         if k != "repeat_kv_sdpa"}}
+            for phase in ("decode", "prefill"):
+                entry.update(attention_kernel_ms(config, rows, length, repeats, phase))
+            if compiled:
+                for name in ("sdpa", "gqa_sdpa"):
+                    config._attn_implementation = name
+                    first, ms = compiled_ms(model, prefix, length, rows, step_ids, steps)
+                    entry.update({f"compiled_{name}_ms": round(ms, 3), f"compiled_{name}_compile_s": round(first, 1)})
+                entry["compiled_gqa_over_compiled_sdpa"] = round(entry["compiled_gqa_sdpa_ms"] / entry["compiled_sdpa_ms"], 3)
+                entry["compiled_gqa_over_eager_sdpa"] = round(entry["compiled_gqa_sdpa_ms"] / entry["sdpa_ms"], 3)
             out[f"rows{rows}_prompt{length}"] = entry
             emit(out)
             print(f"rows {rows:2d} prompt {length:5d}: " + "  ".join(f"{k} {v}" for k, v in entry.items()), flush=True)
@@ -94,6 +166,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--compiled", action="store_true", help="also the compiled static-cache step (lever 1)")
     args = parser.parse_args()
     from scgmem.llm import LLM
 
@@ -109,7 +182,7 @@ def main() -> int:
         result["shapes"] = shapes
         out.write_text(json.dumps(result, indent=1))
     bench(llm, [int(r) for r in args.rows.split(",")], [int(p) for p in args.prompts.split(",")],
-          args.steps, args.repeats, emit)
+          args.steps, args.repeats, emit, compiled=args.compiled)
     print(f"written: {out}")
     return 0
 

@@ -29,13 +29,13 @@ from transformers.generation.stopping_criteria import StopStringCriteria
 from scgmem.llm.attention import attention_kernels, check_backends
 from scgmem.llm.batch_plan import split_call
 from scgmem.llm.chat_template import DEFAULT_DATE, DEFAULT_SYSTEM_PROMPT, ChatPolicy, render_messages, template_report
-from scgmem.llm.gqa_attention import check_implementation
 from scgmem.llm.generation import SettingsLog, effective_settings, explicit_config, neutralise
+from scgmem.llm.gqa_attention import check_implementation
 from scgmem.llm.loading import model_identity, resolve_model_dir
 from scgmem.llm.prefix_cache import PrefixCache, cache_keyword, layout_batch
 from scgmem.llm.protocol import TokenizerFacts
-from scgmem.llm.static_decode import StaticDecode
 from scgmem.llm.sampling import SeededGumbelSampler, TokenLogprobRecorder
+from scgmem.llm.static_decode import StaticDecode
 from scgmem.llm.usage import UsageMeter
 
 log = logging.getLogger(__name__)
@@ -183,6 +183,7 @@ class LLM(TokenizerFacts):
         self.memo: OrderedDict | None = OrderedDict() if memo_entries else None
         self.sdpa_backends = check_backends(sdpa_backends)
         self.static = StaticDecode(self.model, compile=compile) if (static_cache or compile) else None
+        self._shared = 0  # prefix tokens shared by the batch `_layout` laid out last
 
     # ------------------------------------------------------------------ text <-> tokens
     def _eos_ids(self) -> list[int]:
