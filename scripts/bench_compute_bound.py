@@ -11,8 +11,10 @@ Kernels (scripts/gemm_timing.py), each timed as a sustained rate over short wind
            batch rows in decode); the distinct weights of every layer at M <= 32 (decode streams them
            from memory as the model does), 2 layers above (weights reused M times: compute-bound)
   head     lm_head (d x vocab) at M rows
-  sdpa     attention at each phase's mean lengths (torch's scaled_dot_product_attention, KV heads
-           repeated as HF does): causal prefill, and one query row per sequence in decode
+  sdpa     attention at each phase's mean lengths, through the attention function the run's model
+           called (its model.attn_implementation, as transformers dispatches it: gqa_sdpa packs a
+           decode step's query heads against unrepeated K/V; runs before that key ran `sdpa`):
+           causal prefill, and one query row per sequence in decode under a padding mask
 fp32 always; bf16 only where the CPU has native bf16 instructions (avx512_bf16 or amx_bf16).
 Thread placement: 1 thread, 2 threads in one process, 2 processes of 1 thread running at once.
 
@@ -171,13 +173,25 @@ def bound_seconds(flops: dict, shapes: dict, rates: dict, gain_prefill: float, g
     return parts
 
 
-def attention_key(kind: str, rows: int, q_len: int, ctx: int) -> str:
-    return f"{kind}:{rows}x{q_len}x{ctx}"
+def attention_key(kind: str, rows: int, q_len: int, ctx: int, implementation: str = "gqa_sdpa") -> str:
+    return f"{kind}:{rows}x{q_len}x{ctx}:{implementation}"
 
 
-def attention_dims(shapes: dict) -> list[dict]:
-    return [{"kind": "sdpa_prefill", "rows": 1, "q_len": shapes["prefill_ctx"], "ctx": shapes["prefill_ctx"]},
-            {"kind": "sdpa_decode", "rows": shapes["rows"], "q_len": 1, "ctx": shapes["decode_ctx"]}]
+def run_attention(summary: dict | None) -> str:
+    """The attention implementation the run's model used: recorded in its generation report (or its
+    config); a run from before `model.attn_implementation` existed ran transformers' `sdpa`."""
+    if summary is None:
+        return "gqa_sdpa"  # the backend's default
+    recorded = (summary.get("generation") or {}).get("attn_implementation")
+    model = (summary.get("config") or {}).get("model") or {}
+    return recorded or model.get("attn_implementation") or "sdpa"
+
+
+def attention_dims(shapes: dict, implementation: str = "gqa_sdpa") -> list[dict]:
+    return [{"kind": "sdpa_prefill", "rows": 1, "q_len": shapes["prefill_ctx"], "ctx": shapes["prefill_ctx"],
+             "implementation": implementation},
+            {"kind": "sdpa_decode", "rows": shapes["rows"], "q_len": 1, "ctx": shapes["decode_ctx"],
+             "implementation": implementation}]
 
 
 def measure_rates(shape: ModelShape, quick: bool, attention: list[dict]) -> dict:
@@ -253,7 +267,7 @@ def run_efficiency(shape: ModelShape, summary: dict, rates: dict, placement: dic
         if not flops["calls"]:
             continue
         shapes = phase_shapes(flops, batch_size, max_tokens, quick)
-        prefill_dims, decode_dims = attention_dims(shapes)
+        prefill_dims, decode_dims = attention_dims(shapes, run_attention(summary))
         phase_rates = {"stack": rates["stack"], "head": rates["head"],
                        "sdpa_prefill": rates[attention_key(**prefill_dims)],
                        "sdpa_decode": rates[attention_key(**decode_dims)]}
@@ -307,12 +321,12 @@ def bench_compute_bound(run_dir: Path | None = None, quick: bool = False, wall_s
         typical = {"calls": 8, "mean_prompt": 256.0, "mean_cached": 0.0, "mean_generated": 16.0}
         shapes = [phase_shapes(typical, 8, 16384, quick)]
     load_before = os.getloadavg()
-    rates = measure_rates(shape, quick, [d for s in shapes for d in attention_dims(s)])
+    rates = measure_rates(shape, quick, [d for s in shapes for d in attention_dims(s, run_attention(summary))])
     heaviest = max(shapes, key=lambda s: s["m_prefill"])
     m_prefill = int(min(max(heaviest["m_prefill"], 8), max(rates["stack"])))
     placement = measure_placement(shape, quick, m_decode=heaviest["m_decode"], m_prefill=m_prefill,
                                   cores=min(2, cpu["logical_cpus"] or 1))
-    out = {"quick": quick, "cpu": cpu, "model_shape": shape.__dict__,
+    out = {"quick": quick, "cpu": cpu, "attn_implementation": run_attention(summary), "model_shape": shape.__dict__,
            "body_params": shape.body_params, "head_params": shape.head_params,
            "loadavg_before_after": [load_before, os.getloadavg()],
            "rates_gflops_1thread_fp32": {k: ({str(m): gflops(r) for m, r in v.items()} if "cpu" not in v

@@ -10,6 +10,13 @@ and a torch.profiler table of one generate call (CPU vs device time: where the s
 with the harness's attention kernels (`model.sdpa_backends`) and once with torch's own choice,
 each over prompt lengths no earlier call had (scgmem/llm/attention.py says why that matters).
 The timings feed the H200-hours estimate (scripts/bench_batching.py --h200-from).
+
+With `--levers`, each shape also gets the decode-lever grid of scripts/decode_levers.py (issue 29):
+attention implementation (--lever-attention) x decode mode (--lever-modes: eager, static,
+compiled) x rows (--batches) x prompt tokens (--lever-prompts), as ms per decode step, under
+"levers" (and "lever_ratios" over sdpa/eager). throughput.json is rewritten after every number.
+
+    python scripts/device_throughput.py --out OUT --levers --batches 1,8,32 --lever-prompts 512,2048,8192
 """
 from __future__ import annotations
 
@@ -36,7 +43,7 @@ def timed(fn, sync) -> float:
     return time.perf_counter() - start
 
 
-def measure_shape(name: str, args, corpus: list[str]) -> dict:
+def measure_shape(name: str, args, corpus: list[str], result: dict | None = None, emit=lambda: None) -> dict:
     from scgmem.llm import LLM
 
     work = Path(args.work) / name
@@ -46,9 +53,10 @@ def measure_shape(name: str, args, corpus: list[str]) -> dict:
               batch_size=64, max_batch_tokens=1 << 20, prefix_cache=False, memo_entries=0)
     cuda = args.device != "cpu"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    result = {"shape": name, "device_map": str(getattr(llm.model, "hf_device_map", None)),
+    result = {} if result is None else result
+    result.update({"shape": name, "device_map": str(getattr(llm.model, "hf_device_map", None)),
               "model_device": str(llm.device), "attn_implementation": llm.model.config._attn_implementation,
-              "prompt_tokens": args.prompt, "new_tokens": args.new, "batches": {}}
+              "prompt_tokens": args.prompt, "new_tokens": args.new, "batches": {}})
     words = " ".join(corpus)[: args.prompt * 12]
     llm.generate([llm.tokenizer.decode(llm.encode(words)[:32])], max_new_tokens=4)  # warm-up: cuBLAS handles
     harness_kernels = llm.sdpa_backends
@@ -64,7 +72,18 @@ def measure_shape(name: str, args, corpus: list[str]) -> dict:
         result["batches"].setdefault(variant, {})
         for batch in args.batches:
             measure_batch(llm, result["batches"][variant], name, variant, batch, base, ids, args, sync)
+            emit()
     llm.sdpa_backends = harness_kernels
+    if args.levers:
+        from decode_levers import measure_levers, ratios
+
+        levers = result.setdefault("levers", {})
+
+        def emit_levers():
+            result["lever_ratios"] = ratios(levers)
+            emit()
+        measure_levers(llm, " ".join(corpus) * 4, args.batches, args.lever_prompts, args.lever_attention,
+                       args.lever_modes, args.new, sync, levers, emit_levers)
     if args.cprofile:  # where a generate step's time goes, in Python terms
         import cProfile
         import io
@@ -138,16 +157,28 @@ def main() -> int:
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--cprofile", action="store_true", help="cProfile one generate call instead")
     parser.add_argument("--work", default="/tmp/scgmem-device-throughput")
+    parser.add_argument("--levers", action="store_true", help="also the decode-lever grid (scripts/decode_levers.py)")
+    parser.add_argument("--lever-prompts", default="512,2048,8192")
+    parser.add_argument("--lever-attention", default="sdpa,gqa_sdpa")
+    parser.add_argument("--lever-modes", default="eager,compiled")
     args = parser.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]
+    args.lever_prompts = [int(p) for p in args.lever_prompts.split(",")]
+    args.lever_attention, args.lever_modes = args.lever_attention.split(","), args.lever_modes.split(",")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     import transformers
 
     corpus = locomo_text(ROOT / "data" / "locomo10.json")
     env = {"torch": torch.__version__, "transformers": transformers.__version__,
            "gpu": torch.cuda.get_device_name() if args.device != "cpu" else None}
-    results = [measure_shape(name, args, corpus) for name in args.shapes.split(",")]
-    (Path(args.out) / "throughput.json").write_text(json.dumps({"environment": env, "shapes": results}, indent=2))
+    report = {"environment": env, "shapes": []}
+
+    def emit():  # every number on disk as soon as it is measured (a device session may end mid-grid)
+        (Path(args.out) / "throughput.json").write_text(json.dumps(report, indent=2))
+    for name in args.shapes.split(","):
+        report["shapes"].append({"shape": name})
+        measure_shape(name, args, corpus, report["shapes"][-1], emit)
+        emit()
     return 0
 
 

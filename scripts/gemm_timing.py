@@ -23,6 +23,23 @@ from scgmem.report.flops import ModelShape
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
+def attention_function(implementation: str, groups: int):
+    """The attention function a model with `model.attn_implementation=implementation` calls, as
+    transformers dispatches it, and a stand-in for the attention module it reads settings from."""
+    from types import SimpleNamespace
+
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from scgmem.llm.gqa_attention import check_implementation
+
+    check_implementation(implementation)  # registers gqa_sdpa
+    if implementation == "eager":
+        raise ValueError("attention timing covers the SDPA implementations (gqa_sdpa, sdpa), not eager")
+    function = AttentionInterface().get(implementation, sdpa_attention_forward)
+    return function, SimpleNamespace(num_key_value_groups=groups, is_causal=True, training=False)
+
+
 def build_kernel(kind: str, shape: ModelShape, dtype: torch.dtype, **dims):
     """A callable doing one repetition of `kind`, and the FLOPs one repetition counts."""
     g = torch.Generator().manual_seed(0)
@@ -50,12 +67,14 @@ def build_kernel(kind: str, shape: ModelShape, dtype: torch.dtype, **dims):
         rows, q_len, ctx = dims["rows"], dims["q_len"], dims["ctx"]
         q = rand(rows, shape.heads, q_len, shape.head_dim)
         k, v = (rand(rows, shape.kv_heads, ctx, shape.head_dim) for _ in range(2))
-        groups = shape.heads // shape.kv_heads
         causal = kind == "sdpa_prefill"
+        attend, module = attention_function(dims.get("implementation", "gqa_sdpa"), shape.heads // shape.kv_heads)
+        # what the run's forward passes: a batch-1 prefix prefill has no mask (causal); decode rows
+        # of a left-padded batch carry a boolean padding mask over the keys
+        mask = None if causal else torch.ones(rows, 1, 1, ctx, dtype=torch.bool)
 
         def run():
-            kk, vv = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-            F.scaled_dot_product_attention(q, kk, vv, is_causal=causal)
+            attend(module, q, k, v, mask, scaling=shape.head_dim ** -0.5)
         pairs = rows * (q_len * ctx / 2 if causal else q_len * ctx)  # (query, key) pairs a layer computes
         return run, 4 * shape.attention_width * pairs
     raise ValueError(f"unknown kernel kind {kind!r}")

@@ -30,11 +30,13 @@ from scgmem.llm.attention import attention_kernels, check_backends
 from scgmem.llm.batch_plan import split_call
 from scgmem.llm.chat_template import DEFAULT_DATE, DEFAULT_SYSTEM_PROMPT, ChatPolicy, render_messages, template_report
 from scgmem.llm.generation import SettingsLog, effective_settings, explicit_config, neutralise
+from scgmem.llm.gqa_attention import check_implementation
 from scgmem.llm.loading import model_identity, resolve_model_dir
 from scgmem.llm.oom import OomSplitter
 from scgmem.llm.prefix_cache import PrefixCache, cache_keyword, layout_batch
 from scgmem.llm.protocol import TokenizerFacts
 from scgmem.llm.sampling import SeededGumbelSampler, TokenLogprobRecorder
+from scgmem.llm.static_decode import StaticDecode
 from scgmem.llm.usage import UsageMeter
 
 log = logging.getLogger(__name__)
@@ -103,6 +105,10 @@ class LLM(TokenizerFacts):
             answers never reach this one); 0 = off. Exact up to the float rounding of batch composition.
         sdpa_backends: the attention kernels a CUDA forward may use (`scgmem.llm.attention`;
             default: not cuDNN's, which re-plans at every new KV length); None = torch's choice.
+        attn_implementation: "gqa_sdpa" (attention without K/V copies, `scgmem.llm.gqa_attention`),
+            or transformers' "sdpa" / "eager".
+        static_cache / compile: greedy and sampled calls decode on a static KV cache, compiled with
+            `compile` (`scgmem.llm.static_decode`; compile implies static_cache). Beam search stays eager.
     """
 
     def __init__(
@@ -128,6 +134,9 @@ class LLM(TokenizerFacts):
         prefix_cache_max_tokens: int = 16384,
         memo_entries: int = 20000,
         sdpa_backends: Sequence[str] | None = ("flash", "efficient", "math"),
+        attn_implementation: str = "gqa_sdpa",
+        static_cache: bool = False,
+        compile: bool = False,
     ) -> None:
         if dtype not in DTYPES:
             raise ValueError(f"model.dtype={dtype!r} is not one of {sorted(DTYPES)}")
@@ -154,7 +163,9 @@ class LLM(TokenizerFacts):
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         placement = {"device_map": "auto"} if device == "auto" else {}
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype], **placement)
+        self.attn_implementation = check_implementation(attn_implementation)
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype],
+                                                          attn_implementation=attn_implementation, **placement)
         if device != "auto":
             self.model.to(device)
         self.model.eval()
@@ -173,6 +184,8 @@ class LLM(TokenizerFacts):
         self.memo: OrderedDict | None = OrderedDict() if memo_entries else None
         self.sdpa_backends = check_backends(sdpa_backends)
         self.oom = OomSplitter()  # a batch out of GPU memory is split, not fatal (scgmem/llm/oom.py)
+        self.static = StaticDecode(self.model, compile=compile) if (static_cache or compile) else None
+        self._shared = 0  # prefix tokens shared by the batch `_layout` laid out last
 
     # ------------------------------------------------------------------ text <-> tokens
     def _eos_ids(self) -> list[int]:
@@ -231,7 +244,9 @@ class LLM(TokenizerFacts):
         """For summary.json: effective settings per call kind, the checkpoint defaults that were
         neutralised, the chat policy with the template hashes, and the caps of this model."""
         return {"calls": self.settings_log.report(), "neutralised_model_defaults": self.model_generation_defaults,
-                "chat_template": template_report(self.tokenizer, self.chat), "caps": self.caps}
+                "chat_template": template_report(self.tokenizer, self.chat), "caps": self.caps,
+                "attn_implementation": self.attn_implementation,
+                **({"static_decode": self.static.report()} if self.static is not None else {})}
 
     # ------------------------------------------------------------------ generation
     @torch.inference_mode()
@@ -331,9 +346,17 @@ class LLM(TokenizerFacts):
         """One forward batch; `encoded` holds (prompt ids fitted to the window, truncated) per row."""
         max_new_tokens, num_beams = config.max_new_tokens, config.num_beams
         truncated = sum(t for _, t in encoded)
+        real = len(encoded)  # a static cache pads the rows to its bucket; outputs past `real` are dropped
+        static = self.static if num_beams <= 1 else None
+        if static is not None:
+            encoded, seeds = static.pad_rows(encoded, seeds)
+            config = static.configure(config)
         with attention_kernels(self.device, self.sdpa_backends):  # the prefix prefill and generate
             input_ids, attention, states, reused = self._layout([ids for ids, _ in encoded], num_beams)
             width = input_ids.shape[1]
+            if static is not None:
+                states = static.cache_for(len(encoded), width, max_new_tokens, states, self._shared)
+                reused -= (len(encoded) - real) * self._shared  # padded rows spare nothing real
             rows = len(encoded) * max(1, num_beams)
             plist = LogitsProcessorList(list(processors(width, rows)) if processors else [])
             recorder = TokenLogprobRecorder(width)
@@ -353,7 +376,8 @@ class LLM(TokenizerFacts):
             scores = recorder.finish(out.sequences, self.eos_token_ids)
         gens: list[list[Generation]] = []
         n_generated = n_cut = 0
-        for row in range(len(encoded)):
+        encoded = encoded[:real]
+        for row in range(real):
             row_gens = []
             for j in range(config.num_return_sequences):
                 k = row * config.num_return_sequences + j
@@ -388,7 +412,8 @@ class LLM(TokenizerFacts):
         Layout: `scgmem.llm.prefix_cache.layout_batch`."""
         shared, states, reused = 0, None, 0
         if self.prefix_cache is not None and num_beams <= 1:
-            shared, states, reused = self.prefix_cache.batch_states(rows)
+            shared, states, reused = self.prefix_cache.batch_states(rows, repeat=self.static is None)
+        self._shared = shared
         input_ids, attention = layout_batch(rows, shared, self.tokenizer.pad_token_id, self.device)
         return input_ids, attention, states, reused
 

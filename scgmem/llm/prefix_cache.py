@@ -116,15 +116,16 @@ class PrefixCache:
         self.max_entries = max(self.max_entries, entries)
 
     # ------------------------------------------------------------------ lookup
-    def batch_states(self, rows: list[list[int]]) -> tuple[int, DynamicCache | None, int]:
+    def batch_states(self, rows: list[list[int]], repeat: bool = True) -> tuple[int, DynamicCache | None, int]:
         """For one batch: the length of the prefix all rows share (0 when shorter than
-        `min_tokens`), its states repeated over the rows, and the prompt tokens they spare."""
+        `min_tokens`), its states repeated over the rows (batch 1 with `repeat=False`: a static
+        cache copies them into its rows itself), and the prompt tokens they spare."""
         shared = batch_prefix_length(rows)
         if shared < self.min_tokens:
             return 0, None, 0
         computed = self.prefilled_tokens
         states = self.states_for(rows[0][:shared])
-        if states is not None and len(rows) > 1:
+        if states is not None and len(rows) > 1 and repeat:
             states.batch_repeat_interleave(len(rows))
         return shared, states, len(rows) * shared - (self.prefilled_tokens - computed)
 

@@ -53,7 +53,7 @@ def _generation_settings(generation) -> tuple[dict, dict]:
     calls and template probe, {call kind: its settings without the tallies})."""
     if not isinstance(generation, dict):
         return {"generation": generation}, {}
-    fixed = {k: v for k, v in generation.items() if k != "calls"}
+    fixed = {k: v for k, v in generation.items() if k not in ("calls", "static_decode")}  # those are tallies
     if isinstance(fixed.get("chat_template"), dict):
         fixed["chat_template"] = {k: v for k, v in fixed["chat_template"].items() if k not in TEMPLATE_PROBE}
     kinds = {kind: {k: v for k, v in call.items() if k not in GENERATION_TALLIES}
@@ -82,6 +82,14 @@ def merged_generation(summaries: list[dict]) -> dict | None:
                     seen = {json.dumps(v): v for v in mine + theirs}  # values may be unhashable (stop lists)
                     calls[kind][key] = [seen[k] for k in sorted(seen)]
     merged["calls"] = dict(sorted(calls.items()))
+    decodes = [r["static_decode"] for r in reports if isinstance(r.get("static_decode"), dict)]
+    if decodes:  # scgmem/llm/static_decode.py: batches and compiled graphs add up, shapes unite
+        merged["static_decode"] = {
+            "compile": decodes[0].get("compile"), "batches": sum(d.get("batches") or 0 for d in decodes),
+            "shapes": sorted({tuple(s) for d in decodes for s in d.get("shapes") or []}),
+            "compiled_graphs": (None if any(d.get("compiled_graphs") is None for d in decodes)
+                                else sum(d["compiled_graphs"] for d in decodes))}
+        merged["static_decode"]["shapes"] = [list(s) for s in merged["static_decode"]["shapes"]]
     return merged
 
 
