@@ -41,3 +41,26 @@ def test_every_source_key_in_the_baselines_is_listed_in_methods_sources():
     used = {key for p in code_files() if p.parts[-2] in ("baselines", "method")
             for key in re.findall(r"\[([A-Z]\d)\]", p.read_text())}
     assert used and used <= listed, sorted(used - listed)
+
+
+def test_no_bare_markdown_name_points_nowhere():
+    """A `NAME.md` written in code or configs exists: under the root, under docs/, or it is one of
+    the files the report writes (claims.md, table1.md, ...)."""
+    written = {"claims.md", "costs.md", "table1.md", "table2.md"}
+    bare = re.compile(r"(?<![\w./-])([A-Za-z][\w-]*\.md)\b")
+    missing = [f"{p.relative_to(ROOT)}: {name}" for p in code_files() for name in bare.findall(p.read_text())
+               if name not in written and not (ROOT / name).is_file() and not (ROOT / "docs" / name).is_file()]
+    assert not missing, missing
+
+
+def test_markdown_links_resolve():
+    """Relative links in README.md, docs/ and the results' READMEs name files that exist."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "results").rglob("README.md"))]
+    link = re.compile(r"\]\(([^)\s]+)\)")
+    broken = []
+    for page in pages:
+        for target in link.findall(page.read_text()):
+            path = target.split("#", 1)[0]
+            if path and not re.match(r"[a-z]+://", path) and not (page.parent / path).exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, broken

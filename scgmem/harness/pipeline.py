@@ -1,6 +1,6 @@
 """One evaluation run: ingest each conversation, recall and answer each scored question, score.
 
-The flow (ARCHITECTURE.md)::
+The flow (docs/architecture.md, "The flow of one run")::
 
     for conversation: method.ingest (or load from the memory cache) -> memory/<sample_id>.json
         for chunk of questions: method.recall_batch -> protocol prompt -> llm.generate -> scores

@@ -1,7 +1,7 @@
 """Find and load finished runs: `summary.json` + `predictions.jsonl` + `.hydra/config.yaml`.
 
-A run directory is any directory holding a `summary.json` (ARCHITECTURE.md, "Files in the run
-directory"). `scgmem-run -m` writes one per job under
+A run directory is any directory holding a `summary.json` (docs/architecture.md, "The
+contract"). `scgmem-run -m` writes one per job under
 `results/runs/multirun/<time>/<model>/<method>/<override_dirname>/` and a `multirun.yaml` at
 `results/runs/multirun/<time>/`; `newest_sweep` picks the newest such directory launched with a
 given `+experiment=<name>`.
