@@ -13,15 +13,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scgmem.api.data_source import DataError
 from scgmem.api.paths import SAFE_NAME_RULE, is_safe_name
 from scgmem.api.types import OFFICIAL_CATEGORIES, QA, Conversation, Session, Turn
 
 _DIA_ID = re.compile(r"^D(\d+):(\d+)$")
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
-
-
-class DataError(ValueError):
-    """A structural problem in the dataset file; str(e) is the one-line message for the user."""
 
 
 @dataclass
@@ -224,7 +221,7 @@ def _positive_int_or_none(value, field: str) -> int | None:
     return value
 
 
-class LoCoMoSource:
+class LoCoMoSource:  # implements scgmem.api.data_source.DataSource
     """`configs/data/locomo.yaml`: the slice of LoCoMo a run uses. The values are checked when
     the config is instantiated, before any model loads; `load()` reads the file.
 

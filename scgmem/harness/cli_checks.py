@@ -6,8 +6,21 @@ from pathlib import Path
 GROUPS = ("model", "method", "data", "protocol", "embedder", "logger", "experiment", "launcher")
 
 
+def _search_dirs(argv: list[str], config_dir: Path) -> list[Path]:
+    """The config dir and every `file://` folder of a `hydra.searchpath=[...]` override (where a
+    user's own groups, e.g. configs/data/<dataset>.yaml of a new benchmark, may live)."""
+    dirs = [config_dir]
+    for arg in argv:
+        if arg.startswith("hydra.searchpath="):
+            value = arg.split("=", 1)[1].strip("[]")
+            dirs += [Path(v.strip().strip("'\"")[len("file://"):]) for v in value.split(",")
+                     if v.strip().strip("'\"").startswith("file://")]
+    return dirs
+
+
 def check_overrides(argv: list[str], config_dir: Path) -> str | None:
     """Return a one-line problem for an unknown group option (e.g. `model=gpt5`), else None."""
+    dirs = _search_dirs(argv, config_dir)
     for arg in argv:
         if arg.startswith("-") or "=" not in arg:
             continue
@@ -17,7 +30,7 @@ def check_overrides(argv: list[str], config_dir: Path) -> str | None:
             key = key[len("hydra/"):]
         if key not in GROUPS:
             continue
-        known = sorted(p.stem for p in (config_dir / key).glob("*.yaml"))
+        known = sorted({p.stem for d in dirs for p in (d / key).glob("*.yaml")})
         for choice in _choices(value):
             if choice not in known:
                 return f"{key}={choice}: unknown {key}; choose one of {', '.join(known)}"

@@ -23,8 +23,9 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from scgmem.api.data_source import DataError, DataSource
 from scgmem.api.paths import UnsafePath
-from scgmem.data.locomo import DataError
+
 from scgmem.harness.cache import MemoryCache
 from scgmem.harness.gpu_sharing import claim_gpu, place_job, visible_gpus
 from scgmem.harness.pipeline import Pipeline, check_run_settings
@@ -127,6 +128,9 @@ def evaluate(cfg: DictConfig) -> dict:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     choices = HydraConfig.get().runtime.choices
     data = _instantiate(cfg.data, f"data={choices.get('data')}")
+    if not isinstance(data, DataSource):
+        raise UsageError(f"data={choices.get('data')}: {type(data).__name__} is not a DataSource "
+                         "(scgmem/api/data_source.py: scored, questions_per_category, load, summary_info)")
     conversations, load_report = data.load()
     categories = data.scored
     parallel = cfg.run.get("parallel_conversations", 1)
