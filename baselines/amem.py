@@ -47,7 +47,7 @@ from tqdm.auto import tqdm
 
 from baselines import amem_prompts as P
 from scgmem.api import Conversation, MemoryMethod, Recall, Turn, truncate_to_tokens
-from scgmem.embedder import cosine_top_k
+from scgmem.llm.embedder import cosine_top_k
 
 log = logging.getLogger(__name__)
 

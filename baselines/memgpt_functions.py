@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from baselines.locomo_text import parse_locomo_date
-from scgmem.embedder import cosine_top_k
+from scgmem.llm.embedder import cosine_top_k
 
 SEARCH_FUNCTIONS = ("conversation_search", "conversation_search_date", "archival_memory_search")
 

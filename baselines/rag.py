@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from scgmem.api import Conversation, MemoryMethod, Recall, dia_order, render_turn, render_turns_by_date
-from scgmem.embedder import cosine_top_k
+from scgmem.llm.embedder import cosine_top_k
 
 
 class DenseRAG(MemoryMethod):

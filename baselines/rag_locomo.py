@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from scgmem.api import Conversation, MemoryMethod, Recall
-from scgmem.embedder import cosine_top_k
+from scgmem.llm.embedder import cosine_top_k
 
 UNITS = ("dialog", "observation", "summary")
 DIA_ID = re.compile(r"^D\d+:\d+$")

@@ -53,7 +53,7 @@ from baselines.readagent_prompts import (GIST_PROMPT, LOOKUP_EXAMPLES, LOOKUP_PR
                                          SEQUENTIAL_PROMPT, parse_break_point, parse_lookup_brackets,
                                          parse_lookup_lenient, parse_sequential)
 from scgmem.api import Conversation, MemoryMethod, Recall, dia_order
-from scgmem.embedder import cosine_top_k
+from scgmem.llm.embedder import cosine_top_k
 
 log = logging.getLogger(__name__)
 

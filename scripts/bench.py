@@ -195,7 +195,7 @@ def bench_ingest_tokens(llm) -> dict:
     from hydra.utils import instantiate
 
     from scgmem.data.locomo import load_locomo, select
-    from scgmem.embedder import Embedder
+    from scgmem.llm.embedder import Embedder
 
     convs, _ = load_locomo(ROOT / "data" / "locomo10.json")
     conv = select(convs, ["conv-26"], max_sessions=1 if QUICK else 2)[0]

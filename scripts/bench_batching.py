@@ -228,7 +228,7 @@ def amem_timing(width: int = 4, sessions: int = 2) -> dict:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from scgmem.embedder import Embedder
+    from scgmem.llm.embedder import Embedder
     from scgmem.harness.cache import MemoryCache
     from scgmem.harness.pipeline import Pipeline
     from scgmem.harness.run import CONFIG_DIR

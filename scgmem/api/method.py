@@ -59,7 +59,7 @@ class MemoryMethod(abc.ABC):
 
     Args:
         llm: the shared `scgmem.llm.LLM` (or a fake with the same interface).
-        embedder: the shared `scgmem.embedder.Embedder`, or None for methods without one.
+        embedder: the shared `scgmem.llm.embedder.Embedder`, or None for methods without one.
     """
 
     name: str = "base"

@@ -28,7 +28,7 @@ from scgmem.core.beam_search import constrained_beam_search
 from scgmem.core.concepts import normalise, parse_list
 from scgmem.core.graph import AssociativeGraph
 from scgmem.core.schema import CognitiveSchema
-from scgmem.embedder import cosine_top_k
+from scgmem.llm.embedder import cosine_top_k
 
 # Worded like the ingestion prompt (evolution.CONCEPT_PROMPT), so that a question meets
 # its concepts in the register they were written in.

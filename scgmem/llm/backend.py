@@ -20,7 +20,7 @@ import dataclasses
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList, StoppingCriteriaList
@@ -34,7 +34,7 @@ from scgmem.llm.gqa_attention import check_implementation
 from scgmem.llm.loading import model_identity, resolve_model_dir
 from scgmem.llm.oom import OomSplitter
 from scgmem.llm.prefix_cache import PrefixCache, cache_keyword, layout_batch
-from scgmem.llm.protocol import TokenizerFacts
+from scgmem.llm.protocol import Generation, ProcessorFactory, TokenizerFacts  # noqa: F401 (re-exported)
 from scgmem.llm.sampling import SeededGumbelSampler, TokenLogprobRecorder
 from scgmem.llm.static_decode import StaticDecode
 from scgmem.llm.usage import UsageMeter
@@ -43,38 +43,6 @@ log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
-
-# A callable that builds the extra logits processors for one batch. It gets the batch's
-# prompt length (in tokens, after left padding) and the number of rows
-# (batch * num_beams). Processors that track per-row state need a fresh copy per batch.
-ProcessorFactory = Callable[[int, int], Sequence]
-
-
-@dataclass
-class Generation:
-    """One generated continuation.
-
-    Attributes:
-        text: decoded continuation, special tokens removed, cut at the first stop string.
-        token_ids: generated token ids (without padding and without the final EOS).
-        logprob: sum of log-probabilities of `token_ids` under the *processed* distribution
-            (after constraints, before temperature/sampling noise); for beam search the
-            beam's cumulative score.
-        n_prompt_tokens: tokens of the prompt.
-        cut: True when generation stopped at `max_new_tokens`, before EOS or a stop string.
-    """
-
-    text: str
-    token_ids: list[int] = field(default_factory=list)
-    logprob: float = 0.0
-    n_prompt_tokens: int = 0
-    cut: bool = False
-
-    @property
-    def mean_logprob(self) -> float:
-        """Length-normalised log-probability (0.0 for an empty continuation)."""
-        return self.logprob / max(1, len(self.token_ids))
-
 
 class LLM(TokenizerFacts):
     """A causal LM with a tokenizer, a chat template and a usage meter.

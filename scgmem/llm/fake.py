@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from scgmem.llm.backend import Generation
+from scgmem.llm.protocol import Generation
 from scgmem.llm.usage import UsageMeter
 
 WORD_IDS = 50000  # word ids are hashes below this; the pad and EOS ids follow

@@ -14,12 +14,42 @@ Example::
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from scgmem.llm.backend import Generation, ProcessorFactory
+# A callable that builds the extra logits processors for one batch. It gets the batch's
+# prompt length (in tokens, after left padding) and the number of rows
+# (batch * num_beams). Processors that track per-row state need a fresh copy per batch.
+ProcessorFactory = Callable[[int, int], Sequence]
+
+
+@dataclass
+class Generation:
+    """One generated continuation.
+
+    Attributes:
+        text: decoded continuation, special tokens removed, cut at the first stop string.
+        token_ids: generated token ids (without padding and without the final EOS).
+        logprob: sum of log-probabilities of `token_ids` under the *processed* distribution
+            (after constraints, before temperature/sampling noise); for beam search the
+            beam's cumulative score.
+        n_prompt_tokens: tokens of the prompt.
+        cut: True when generation stopped at `max_new_tokens`, before EOS or a stop string.
+    """
+
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    logprob: float = 0.0
+    n_prompt_tokens: int = 0
+    cut: bool = False
+
+    @property
+    def mean_logprob(self) -> float:
+        """Length-normalised log-probability (0.0 for an empty continuation)."""
+        return self.logprob / max(1, len(self.token_ids))
 
 
 @runtime_checkable

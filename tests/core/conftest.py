@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from scgmem.api import Conversation, Session, Turn
-from scgmem.llm.backend import Generation
+from scgmem.llm.protocol import Generation
 
 
 class HybridLLM:

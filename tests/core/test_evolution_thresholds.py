@@ -11,7 +11,7 @@ import scgmem.core.evolution as evolution_module
 from scgmem.core.decoding import GeneratedKey, KeyList
 from scgmem.core.evolution import Evolution, _quantile
 from scgmem.core.schema import CognitiveSchema
-from scgmem.llm.backend import Generation
+from scgmem.llm.protocol import Generation
 from tests.core.conftest import make_conversation
 
 WORDS = ("hiking", "lake", "pottery", "dog", "beach")
