@@ -1,11 +1,7 @@
-"""scripts/chance_evidence_recall.py: the random-retrieval floor for evidence recall."""
-import sys
-from pathlib import Path
-
+"""experiments/chance_evidence_recall.py: the random-retrieval floor for evidence recall."""
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from chance_evidence_recall import chance_recall, compare  # noqa: E402
+from experiments.chance_evidence_recall import chance_recall, compare
 
 TURNS = {f"D1:{i}" for i in range(1, 11)}  # a conversation of 10 turns
 

@@ -166,7 +166,7 @@ def test_bench_part_names_a_missing_summary(tmp_path):
 
 def test_profile_summary_counts_self_and_total_frames():
     load_bench()  # puts scripts/ on sys.path
-    from pyspy_summary import frame_key, summarize
+    from experiments.pyspy_summary import frame_key, summarize
 
     raw = ["process 1:\"python\";main (run.py:10);generate (backend.py:200);forward (linear.py:5) 6",
            "process 1:\"python\";main (run.py:10);generate (backend.py:210) 3",

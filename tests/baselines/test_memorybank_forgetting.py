@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from baselines.memorybank_forgetting import ForgettingCurve
-from baselines.memorybank_survival import survival
+from experiments.memorybank_survival_lib import survival
 from scgmem.data.locomo import load_locomo
 from tests.baselines import CountingLLM
 from tests.baselines.memorybank_inputs import THREE, BagEmbedder, FixedRng, build, conv_of, session, summaries

@@ -1,7 +1,7 @@
 """Evidence recall a run's retrieval reached, beside what the same number of turns drawn at random
 from the conversation would reach (the floor a memory must beat to be retrieving anything).
 
-    .venv/bin/python scripts/chance_evidence_recall.py results/embedded/locomo_full/predictions.jsonl \
+    .venv/bin/python -m experiments.chance_evidence_recall results/embedded/locomo_full/predictions.jsonl \
         [--data data/locomo10.json] [--json out.json]
 
 For a question whose context held n distinct turns of a conversation of N turns, a uniformly random
@@ -14,12 +14,8 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import sys
 from collections import defaultdict
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from scgmem.api.types import OFFICIAL_CATEGORIES  # noqa: E402
 from scgmem.data.locomo import load_locomo  # noqa: E402
@@ -60,7 +56,7 @@ def compare(records: list[dict], turn_ids: dict[str, set[str]]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("predictions", type=Path)
-    parser.add_argument("--data", type=Path, default=ROOT / "data" / "locomo10.json")
+    parser.add_argument("--data", type=Path, default=Path("data/locomo10.json"))
     parser.add_argument("--json", type=Path, help="also write the comparison here")
     args = parser.parse_args()
     conversations, _ = load_locomo(args.data)

@@ -2,7 +2,7 @@
 the paper's Average (`scgmem.report.tables.average_ci`), F1 per category, evidence recall, and
 the mean context handed to the answer prompt (tokens, turns) from summary.json.
 
-    .venv/bin/python results/embedded/recall_k_conv26/points.py <run dir>...
+    .venv/bin/python -m experiments.recall_k_conv26.points <run dir>...
 """
 from __future__ import annotations
 

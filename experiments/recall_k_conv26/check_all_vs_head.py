@@ -9,7 +9,7 @@ the same token counter, at several token budgets (the runner's budget for SmolLM
 how many differ; as a control that the comparison can fail, also how many differ from
 `turns_per_concept=1`. Also prints the full-context prompt size of the run's slice (every turn).
 
-    .venv/bin/python results/embedded/recall_k_conv26/check_all_vs_head.py <commit> <run dir>...
+    .venv/bin/python -m experiments.recall_k_conv26.check_all_vs_head <commit> <run dir>...
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ answer prompt is counted in tokens and turns, exactly as the runner records them
 costs one beam search per question and setting. The full-context transcript of the slice
 (every turn, chronological with DATE headers) is counted for scale.
 
-    .venv/bin/python results/embedded/recall_k_conv26/context_sweep.py <memory cache entry .json> \
+    .venv/bin/python -m experiments.recall_k_conv26.context_sweep <memory cache entry .json> \
         "data.samples=[conv-26]" [data.max_sessions=4] -- k=5,tpc=1 k=35,tpc=1 k=35,tpc=all ...
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 No LLM is involved: forgetting and the simulated recalls need only the dates and the
 embeddings. The session summaries are left out (an LLM writes them), so every unit is a turn
 pair; with summaries the simulated recalls would also hit summary units.
-`scripts/memorybank_survival.py` prints the table for a LoCoMo sample.
+`python -m experiments.memorybank_survival` prints the table for a LoCoMo sample.
 """
 from __future__ import annotations
 

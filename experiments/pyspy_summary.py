@@ -1,7 +1,7 @@
 """Where a profiled run spent its time: top frames of a py-spy `--format raw` (collapsed stacks) file.
 
     .venv/bin/py-spy record --nonblocking --rate 20 --format raw -o prof.raw -- .venv/bin/scgmem-run ...
-    .venv/bin/python scripts/pyspy_summary.py prof.raw [--top 25] [--json out.json] \
+    .venv/bin/python -m experiments.pyspy_summary prof.raw [--top 25] [--json out.json] \
         [--group ingest=SCGMem.ingest --group recall=constrained_beam_search ...]
 
 Self time: samples whose innermost Python frame is the function (time in C code called from it

@@ -1,19 +1,17 @@
 """Raw prefill and decode speed of the embedded model, float32 vs bfloat16 (no harness around it).
 
-    .venv/bin/python scripts/throughput.py            # OMP_NUM_THREADS=1 for one core
+    .venv/bin/python -m experiments.throughput            # OMP_NUM_THREADS=1 for one core
 
 Prints, per dtype and batch shape, prefill tokens/s (a 1-token generate) and the time of one
 decode step (the rest of an N-token generate, divided by N-1). Random token ids: speed only.
 """
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SHAPES = [(8, 120, 15), (32, 120, 15), (8, 1100, 16)]  # (batch, prompt tokens, new tokens): ingest, big ingest, answer
 

@@ -1,17 +1,17 @@
 """How much of a LoCoMo conversation MemoryBank still holds at QA time, per forgetting curve.
 
-    .venv/bin/python scripts/memorybank_survival.py --sample conv-26 --seeds 20
+    .venv/bin/python -m experiments.memorybank_survival --sample conv-26 --seeds 20
 
 prints, per curve and with/without simulated recall, the mean over the seeds of the sessions
 with any unit alive, the alive units in session equivalents, and the alive units
-(baselines/memorybank_survival.py: no LLM, no session summaries).
+(experiments/memorybank_survival_lib.py: no LLM, no session summaries).
 """
 from __future__ import annotations
 
 import argparse
 
 from baselines.memorybank_forgetting import CURVES
-from baselines.memorybank_survival import MemoEmbedder, survival
+from experiments.memorybank_survival_lib import MemoEmbedder, survival
 from scgmem.data.locomo import load_locomo
 
 
