@@ -8,7 +8,7 @@ Counts are machine-independent: every method runs the whole pipeline (ingest, re
 answers) over all ten LoCoMo conversations on a scripted LLM whose replies depend on the
 prompt alone (tests/test_batching.py: `echo_reply`), so batching cannot change what a
 method computes, only how its requests meet. SCG-Mem's constrained calls need a real
-tokenizer and logits: they decode on the tiny random Llama of tests/tiny_model.py, its free
+tokenizer and logits: they decode on the tiny random Llama of scgmem/llm/tiny_model.py, its free
 calls are scripted. `generate_calls` counts calls of the real `generate` (the front's
 merged calls); `mean_rows_per_call` is prompts per call (the backend may still split a call
 into batches of `model.batch_size`). `prefilled_tokens` is what a model with the prefix cache
@@ -49,9 +49,8 @@ def load_conversations(samples=None, max_sessions=None):
 def scgmem_llm(tmp: Path):
     """Tiny random Llama for the constrained calls (real masks), scripted free generation."""
     from scgmem.llm import LLM
-    from tests.core.conftest import HybridLLM
-    from tests.test_batching import echo_reply
-    from tests.tiny_model import build_tiny_model
+    from scgmem.llm.fake import HybridLLM, echo_reply
+    from scgmem.llm.tiny_model import build_tiny_model
 
     tiny = LLM(name="tiny", path=str(build_tiny_model(tmp / "tiny")), context_window=4096, batch_size=8,
                memo_entries=0)
@@ -168,7 +167,7 @@ def count_prefill(model) -> dict:
 
 
 def count_pass(method: str, conversations, parallel: int, tmp: Path, questions_per_category=None) -> dict:
-    from tests.test_batching import fake_pipeline
+    from scgmem.harness.scripted import fake_pipeline
 
     llm = scgmem_llm(tmp) if method == "scgmem" else None
     pipeline = fake_pipeline(method, tmp / f"{method}-{parallel}", parallel=parallel, llm=llm,

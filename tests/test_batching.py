@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from scgmem.harness.scripted import fake_pipeline
 from scgmem.llm.fake import ScriptedLLM
 from scgmem.llm.scheduler import BatchingFront, _apportion
 
@@ -206,38 +207,6 @@ def test_width_must_be_positive():
 
 # ---------------------------------------------------------------------------- the pipeline
 METHODS = ["full_context", "memorybank", "amem", "memgpt", "readagent"]
-
-
-def echo_reply(prompt: str) -> str:
-    """A fake answer that depends on the prompt alone (batching cannot change it) and parses as
-    something for each method's format."""
-    tail = " ".join(prompt.split()[-4:])
-    return f"KEYWORDS: {tail}\nCONTEXT: {tail}\nTAGS: {tail}\nDECISION: NO_EVOLUTION\nBreak point: <2>\n{tail}"
-
-
-def fake_pipeline(method: str, run_dir, parallel: int, answer_batch_size: int = 8, llm=None,
-                  questions_per_category: int | None = 2):
-    """A pipeline over `method` (its config file's values) on the scripted `echo_reply` model
-    (or `llm`), a bag-of-words embedder and no memory cache; scripts/bench_batching.py uses it too."""
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
-
-    from scgmem.harness.cache import MemoryCache
-    from scgmem.harness.pipeline import Pipeline
-    from scgmem.harness.run import CONFIG_DIR
-    from scgmem.scoring.protocols import AmemProtocol
-    from tests.baselines.test_amem import BagEmbedder
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    llm, embedder = llm or ScriptedLLM(echo_reply), BagEmbedder()
-    node = OmegaConf.load(CONFIG_DIR / "method" / f"{method}.yaml")
-    return Pipeline(llm=llm, embedder=embedder, protocol=AmemProtocol({1: "multi_hop", 2: "temporal", 4: "single_hop",
-                                                                       5: "adversarial"}),
-                    method_factory=lambda view: instantiate(node, llm=view, embedder=embedder),
-                    run_dir=run_dir, cache=MemoryCache(run_dir / "cache", enabled=False), seed=0,
-                    answer_batch_size=answer_batch_size, questions_per_category=questions_per_category,
-                    progress=False,
-                    parallel_conversations=parallel)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,10 @@ Example::
 """
 from __future__ import annotations
 
+import re
 from typing import Callable, Sequence
+
+import numpy as np
 
 from scgmem.llm.protocol import Generation
 from scgmem.llm.usage import UsageMeter
@@ -91,3 +94,48 @@ class ScriptedLLM:
             out.append([Generation(text=text.strip(), token_ids=self.encode(text), logprob=0.0,
                                    n_prompt_tokens=self.count_tokens(p))] * num_return_sequences)
         return out
+
+
+class HybridLLM:
+    """A real `LLM` for constrained calls (they need its tokenizer and logits), scripted replies
+    for free generation (no logits processors): SCG-Mem's whole pipeline at scripted speed."""
+
+    def __init__(self, llm, script: Callable[[str], str]) -> None:
+        self._llm = llm
+        self.script = script
+        self.free_prompts: list[str] = []
+
+    def __getattr__(self, name):
+        return getattr(self._llm, name)
+
+    def generate(self, prompts, **kwargs):
+        if kwargs.get("processors") is not None:
+            return self._llm.generate(prompts, **kwargs)
+        self.free_prompts.extend(prompts)
+        return [[Generation(text=self.script(p))] for p in prompts]
+
+
+def echo_reply(prompt: str) -> str:
+    """A fake answer that depends on the prompt alone (batching cannot change it) and parses as
+    something for each method's format."""
+    tail = " ".join(prompt.split()[-4:])
+    return f"KEYWORDS: {tail}\nCONTEXT: {tail}\nTAGS: {tail}\nDECISION: NO_EVOLUTION\nBreak point: <2>\n{tail}"
+
+
+class BagEmbedder:
+    """Hashed bag of words, unit length: similar wording -> high cosine. Deterministic, no model."""
+
+    name = "bag"
+
+    def __init__(self, dim: int = 64) -> None:
+        self.dim = dim
+        self.calls = 0
+
+    def encode(self, texts):
+        self.calls += len(texts)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)  # (n, dim)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"[a-z]+", text.lower()):
+                out[row, sum(map(ord, word)) % self.dim] += 1.0
+            out[row, 0] += 1e-3  # no all-zero row: every text has a direction
+        return out / np.linalg.norm(out, axis=1, keepdims=True)

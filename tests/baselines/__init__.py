@@ -2,13 +2,11 @@
 tiny conversation builder."""
 from __future__ import annotations
 
-import re
 import time
 
-import numpy as np
 
 from scgmem.api import Conversation, Session, Turn
-from scgmem.llm.fake import ScriptedLLM
+from scgmem.llm.fake import BagEmbedder, ScriptedLLM  # noqa: F401 (BagEmbedder: imported from here by the tests)
 
 
 class CountingLLM(ScriptedLLM):
@@ -21,25 +19,6 @@ class CountingLLM(ScriptedLLM):
     def generate(self, prompts, **kw):
         self.calls.append(len(prompts))
         return super().generate(prompts, **kw)
-
-
-class BagEmbedder:
-    """Hashed bag of words, unit length: similar wording -> high cosine. Deterministic."""
-
-    name = "bag"
-
-    def __init__(self, dim: int = 64) -> None:
-        self.dim = dim
-        self.calls = 0
-
-    def encode(self, texts):
-        self.calls += len(texts)
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for word in re.findall(r"[a-z]+", text.lower()):
-                out[row, sum(map(ord, word)) % self.dim] += 1.0
-            out[row, 0] += 1e-3
-        return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
 def measured_ingest(method, conversation: Conversation, llm, rng) -> tuple[float, int]:

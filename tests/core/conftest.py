@@ -6,25 +6,7 @@ from __future__ import annotations
 import pytest
 
 from scgmem.api import Conversation, Session, Turn
-from scgmem.llm.protocol import Generation
-
-
-class HybridLLM:
-    """Delegates to a real `LLM`; free generation (no logits processors) returns `script(prompt)`."""
-
-    def __init__(self, llm, script) -> None:
-        self._llm = llm
-        self.script = script
-        self.free_prompts: list[str] = []
-
-    def __getattr__(self, name):
-        return getattr(self._llm, name)
-
-    def generate(self, prompts, **kwargs):
-        if kwargs.get("processors") is not None:
-            return self._llm.generate(prompts, **kwargs)
-        self.free_prompts.extend(prompts)
-        return [[Generation(text=self.script(p))] for p in prompts]
+from scgmem.llm.fake import HybridLLM
 
 
 @pytest.fixture(autouse=True)

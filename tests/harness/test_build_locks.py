@@ -44,7 +44,8 @@ import json
 from scgmem.data.locomo import load_locomo, select
 from scgmem.harness.cache import MemoryCache
 from scgmem.llm.fake import ScriptedLLM
-from tests.test_batching import echo_reply, fake_pipeline
+from scgmem.harness.scripted import fake_pipeline
+from scgmem.llm.fake import echo_reply
 
 def slow_reply(prompt):
     time.sleep(0.2)  # a build that takes seconds, so the two processes overlap
