@@ -12,6 +12,10 @@ RUN     := $(BIN)/scgmem-run
 MODELS  ?= qwen2.5-1.5b,qwen2.5-3b,llama3.2-1b,llama3.2-3b
 SLICE   ?=
 OUT     ?= results/runs
+# Where a reproduce-* sweep writes: one stable folder per experiment (results/runs/multirun/table1, ...),
+# so the same command after a kill, a preemption or a timeout resumes every job; SWEEP=<dir> for another.
+SWEEP   ?=
+sweep_dir = $(or $(SWEEP),$(OUT)/multirun/$(1))
 
 .DEFAULT_GOAL := help
 .PHONY: help install data prepare-model run test test-slow bench bench-full clean device-check device-wheels \
@@ -62,20 +66,20 @@ bench-full: ## the benchmark plus a full LoCoMo SCG-Mem run
 	BENCH_FULL=1 $(BIN)/python scripts/bench.py
 
 reproduce-table1: ## Table 1: MODELS x six methods (Hydra multirun), then the report
-	$(RUN) -m +experiment=table1 model=$(MODELS) $(SLICE)
-	$(BIN)/scgmem-report table1
+	$(RUN) -m +experiment=table1 model=$(MODELS) $(SLICE) hydra.sweep.dir=$(call sweep_dir,table1)
+	$(BIN)/scgmem-report table1 --runs $(call sweep_dir,table1)
 
 reproduce-table2: ## Table 2: SCG-Mem and its two ablations, then the report
-	$(RUN) -m +experiment=table2 $(if $(filter command line,$(origin MODELS)),model=$(MODELS)) $(SLICE)
-	$(BIN)/scgmem-report table2
+	$(RUN) -m +experiment=table2 $(if $(filter command line,$(origin MODELS)),model=$(MODELS)) $(SLICE) hydra.sweep.dir=$(call sweep_dir,table2)
+	$(BIN)/scgmem-report table2 --runs $(call sweep_dir,table2)
 
 reproduce-fig3: ## Figure 3: k in 5..50, then the figure
-	$(RUN) -m +experiment=fig3 $(if $(filter command line,$(origin MODELS)),model=$(MODELS)) $(SLICE)
-	$(BIN)/scgmem-report fig3
+	$(RUN) -m +experiment=fig3 $(if $(filter command line,$(origin MODELS)),model=$(MODELS)) $(SLICE) hydra.sweep.dir=$(call sweep_dir,fig3)
+	$(BIN)/scgmem-report fig3 --runs $(call sweep_dir,fig3)
 
 reproduce-fig4: ## Figure 4: hops 0, 1, 2, then the figure
-	$(RUN) -m +experiment=fig4 $(if $(filter command line,$(origin MODELS)),model=$(MODELS)) $(SLICE)
-	$(BIN)/scgmem-report fig4
+	$(RUN) -m +experiment=fig4 $(if $(filter command line,$(origin MODELS)),model=$(MODELS)) $(SLICE) hydra.sweep.dir=$(call sweep_dir,fig4)
+	$(BIN)/scgmem-report fig4 --runs $(call sweep_dir,fig4)
 
 report: ## every experiment's tables and figures from the newest sweeps (results/tables, results/figures)
 	$(BIN)/scgmem-report all

@@ -29,8 +29,9 @@ from scgmem.api.paths import UnsafePath
 from scgmem.harness.cache import MemoryCache
 from scgmem.harness.gpu_sharing import claim_gpu, place_job, visible_gpus
 from scgmem.harness.pipeline import Pipeline, check_run_settings
+from scgmem.harness.paper_settings import check_embedder_choice
 from scgmem.harness.records import write_json_atomic
-from scgmem.harness.rundir import RunDirMismatch, check_run_dir
+from scgmem.harness.rundir import RunDirMismatch, check_run_dir, speed_changes
 from scgmem.harness.summary import build_summary
 from scgmem.llm.chat_template import ChatPolicy
 from scgmem.llm.loading import ModelFilesMissing
@@ -138,6 +139,9 @@ def evaluate(cfg: DictConfig) -> dict:
         check_run_settings(cfg.run.answer_batch_size, parallel)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    problem = check_embedder_choice(list(HydraConfig.get().overrides.task), choices, cfg.embedder.get("name"))
+    if problem:
+        raise UsageError(problem)
     check_run_dir(run_dir, cfg)
 
     protocol_node, chat = split_protocol(cfg)
@@ -175,6 +179,7 @@ def evaluate(cfg: DictConfig) -> dict:
         oom=llm.oom.report() if hasattr(llm, "oom") else None,
     )
     summary["placement"] = placement
+    summary["speed_changes"] = speed_changes(run_dir)  # batching changed on a resume (rundir.py)
     write_json_atomic(run_dir / "summary.json", summary)
     logger = instantiate(cfg.logger)
     logger.log_run(OmegaConf.to_container(cfg, resolve=True), summary, run_dir)

@@ -3,6 +3,13 @@
 `run.json` records the resolved config that produced the directory's predictions (minus
 knobs that do not change a number: progress bars, the logger, cache location). A rerun
 with the same config resumes; a different config is refused, never mixed.
+
+Settings that change only speed and memory (SPEED: batch sizes, the batch token budget, the
+prefix cache, conversations in flight) may differ on a resume, e.g. a smaller
+model.max_batch_tokens after a CUDA OOM. They can still move a number in the last digits (in
+bfloat16 a row's result depends on what else is in its batch), so run.json keeps them
+(`speed`) and a list of every change with the number of predictions written before it
+(`speed_changes`); summary.json copies that list.
 """
 from __future__ import annotations
 
@@ -20,16 +27,44 @@ IGNORED = {("run", "progress"), ("run", "cache_dir"), ("run", "use_memory_cache"
            ("model", "cache_dir")}
 
 
+# Settings that change only speed and memory: a resume may change them (recorded, see above).
+# configs/hydra/default.yaml keeps them out of job folder names too (tests/test_resume_sweep.py).
+SPEED = {("run", "parallel_conversations"), ("run", "answer_batch_size"), ("model", "batch_size"),
+         ("model", "max_batch_tokens"), ("model", "prefix_cache"), ("model", "prefix_cache_min_tokens"),
+         ("model", "prefix_cache_max_tokens"), ("model", "memo_entries"), ("model", "sdpa_backends"),
+         ("embedder", "batch_size")}
+
+
 class RunDirMismatch(RuntimeError):
     """The run directory holds results of a different configuration."""
 
 
 def _ignored(key: tuple) -> bool:
-    return any(key[: len(i)] == i for i in IGNORED)
+    return any(key[: len(i)] == i for i in IGNORED | SPEED)
+
+
+def speed_settings(config: dict) -> dict:
+    """The SPEED settings of a config (plain dict) as {"dotted.key": value}."""
+    out = {}
+    for key in sorted(SPEED):
+        node = config
+        for part in key:
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            out[".".join(key)] = node
+    return out
+
+
+def speed_changes(run_dir: Path) -> list[dict]:
+    """The SPEED changes recorded in `run_dir`/run.json ([] when none or no run.json)."""
+    try:
+        return list(json.loads((run_dir / "run.json").read_text()).get("speed_changes") or [])
+    except (OSError, ValueError, AttributeError):
+        return []
 
 
 def comparable_settings(obj, prefix=()) -> dict:
-    """A config (plain dict) as {"dotted.key": leaf}, without the IGNORED settings: what two runs
+    """A config (plain dict) as {"dotted.key": leaf}, without the IGNORED and SPEED settings: what two runs
     must agree on to share a run directory (or to be shards of one run)."""
     if isinstance(obj, dict):
         out = {}
@@ -44,11 +79,15 @@ def comparable_settings(obj, prefix=()) -> dict:
 
 def check_run_dir(run_dir: Path, cfg: DictConfig) -> None:
     """Refuse a directory whose predictions come from another config; record ours otherwise."""
-    current = comparable_settings(OmegaConf.to_container(cfg, resolve=True))
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    current, speed = comparable_settings(resolved), speed_settings(resolved)
     path = run_dir / "run.json"
+    record: dict = {}
     if path.is_file():
         try:
-            previous = json.loads(path.read_text())["config"]
+            record = json.loads(path.read_text())
+            previous = record["config"]
+            record = record if isinstance(record, dict) else {}
             # A run.json written before a setting joined IGNORED still holds it: drop it here too.
             previous = {k: v for k, v in previous.items() if not _ignored(tuple(k.split(".")))}
         except (ValueError, KeyError, AttributeError):
@@ -61,4 +100,12 @@ def check_run_dir(run_dir: Path, cfg: DictConfig) -> None:
     elif (run_dir / "predictions.jsonl").is_file():
         raise RunDirMismatch(f"{run_dir} holds predictions.jsonl but no run.json: cannot tell its configuration; "
                              "use another hydra.run.dir")
-    write_json_atomic(path, {"config": current})
+    changes = list(record.get("speed_changes") or [])
+    before = record.get("speed")
+    if before is not None and before != speed:
+        pred = run_dir / "predictions.jsonl"
+        done = sum(1 for line in pred.read_bytes().splitlines() if line.strip()) if pred.is_file() else 0
+        keys = sorted(k for k in set(before) | set(speed) if before.get(k) != speed.get(k))
+        changes.append({"predictions_before": done, "from": {k: before.get(k) for k in keys},
+                        "to": {k: speed.get(k) for k in keys}})
+    write_json_atomic(path, {"config": current, "speed": speed, "speed_changes": changes})

@@ -2,6 +2,8 @@
 
     scgmem-report table1                 # newest `-m +experiment=table1` sweep under results/runs/
     scgmem-report table2 --runs results/runs/multirun/2026-12-02_11-00-00
+    scgmem-report table1 --runs SWEEP_A --runs SWEEP_B   # one table from two sweeps
+    scgmem-report table1 --wandb my-project              # also log it to wandb project my-project
     scgmem-report fig3 --out results     # -> results/figures/fig3.{png,pdf,csv}
     scgmem-report all                    # each experiment's newest sweep; skips those never run
     scgmem-report merge --out DIR RUN_A RUN_B   # shards of one run (split by data.samples) -> one run
@@ -18,7 +20,7 @@ import sys
 from pathlib import Path
 
 from scgmem.report import figures, tables, writers
-from scgmem.report.collect import NoRunsError, collect, newest_sweep, shown_path
+from scgmem.report.collect import NoRunsError, collect, collect_all, for_experiment, newest_sweep, shown_path
 from scgmem.report.paper import PaperTable
 
 log = logging.getLogger("scgmem.report")
@@ -34,14 +36,15 @@ HELP = {"table1": "Table 1 beside the paper, CIs, paired bootstrap; and the cost
         "claims": "the paper's claims (Table 1, Table 2, Figures 3-4) as paired tests on runs of the same questions"}
 
 
-def _runs_dir(args, experiment: str) -> Path:
-    return Path(args.runs) if args.runs else newest_sweep(args.runs_root, experiment)
+def _runs_dirs(args, experiment: str) -> list[Path]:
+    return [Path(d) for d in args.runs] if args.runs else [newest_sweep(args.runs_root, experiment)]
 
 
 def report(experiment: str, args) -> dict[str, list[Path]]:
     """Make one experiment's outputs; returns {"tables": [...], "figures": [...]} paths."""
-    runs_dir = _runs_dir(args, experiment)
-    runs = collect(runs_dir)
+    dirs = _runs_dirs(args, experiment)
+    runs = for_experiment(collect_all(dirs), experiment)
+    runs_dir = ", ".join(shown_path(d) for d in dirs)
     out = Path(args.out)
     made: dict[str, list[Path]] = {"tables": [], "figures": []}
     data = [r.summary.get("data") or {} for r in runs]
@@ -50,7 +53,7 @@ def report(experiment: str, args) -> dict[str, list[Path]]:
     # Runs from before answer_format existed scored the reply as text.
     scoring = sorted({f"protocol={r.summary.get('protocol')}, answer_format="
                       f"{(r.summary.get('answer_format') or {}).get('format') or 'text'}" for r in runs})
-    note = f"Runs: {shown_path(runs_dir)} ({len(runs)} run directories). Data: {'; '.join(slices)}. Scoring: {'; '.join(scoring)}."
+    note = f"Runs: {runs_dir} ({len(runs)} run directories). Data: {'; '.join(slices)}. Scoring: {'; '.join(scoring)}."
     kw = {"n_resamples": args.n_resamples, "seed": args.seed}
     if experiment in ("table1", "table2"):
         paper = PaperTable(Path(args.paper) / f"{experiment}.csv", "method" if experiment == "table1" else "variant")
@@ -66,11 +69,11 @@ def report(experiment: str, args) -> dict[str, list[Path]]:
     else:
         made["figures"] = figures.figure4(runs, out / "figures", **kw)
     if args.wandb:
-        _log_wandb(experiment, made, out)
+        _log_wandb(experiment, made, out, args.wandb)
     return made
 
 
-def _log_wandb(experiment: str, made: dict[str, list[Path]], out: Path) -> None:
+def _log_wandb(experiment: str, made: dict[str, list[Path]], out: Path, project: str) -> None:
     import csv
 
     from scgmem.harness.logger import WandbLogger
@@ -81,7 +84,7 @@ def _log_wandb(experiment: str, made: dict[str, list[Path]], out: Path) -> None:
             with open(path, newline="", encoding="utf-8") as f:
                 rows[path.stem] = list(csv.DictReader(f))
     images = [p for p in made["figures"] if p.suffix == ".png"]
-    WandbLogger().log_report(f"report/{experiment}", rows, images, out_dir=out)
+    WandbLogger(project=project).log_report(f"report/{experiment}", rows, images, out_dir=out)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -104,8 +107,9 @@ def parser() -> argparse.ArgumentParser:
     for name in (*EXPERIMENTS, "all"):
         s = sub.add_parser(name, help=HELP[name])
         if name != "all":
-            s.add_argument("--runs", default=None,
-                           help="directory holding the runs (searched recursively for summary.json); default: "
+            s.add_argument("--runs", action="append", default=None,
+                           help="directory holding runs (searched recursively for summary.json); repeat to "
+                                "combine sweeps (two runs for one cell are an error naming both); default: "
                                 f"the newest `-m +experiment={name}` sweep under --runs-root")
         s.add_argument("--runs-root", default="results/runs", help="where scgmem-run writes (default: %(default)s)")
         s.add_argument("--out", default="results", help="tables go to OUT/tables, figures to OUT/figures "
@@ -116,8 +120,9 @@ def parser() -> argparse.ArgumentParser:
                             "qwen2.5-3b for table2; 'none' for no paper column)")
         s.add_argument("--n-resamples", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
         s.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
-        s.add_argument("--wandb", action="store_true",
-                       help="also log the tables and figures to wandb (offline unless WANDB_MODE says otherwise)")
+        s.add_argument("--wandb", nargs="?", const="scgmem", default=None, metavar="PROJECT",
+                       help="also log the tables and figures to wandb project PROJECT (default: scgmem; "
+                            "offline unless WANDB_MODE says otherwise)")
     return p
 
 

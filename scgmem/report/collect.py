@@ -58,6 +58,11 @@ class Run:
         mapping = self.summary.get("category_mapping") or {}
         return {int(k): str(v) for k, v in mapping.items()}
 
+    @property
+    def experiment(self) -> str | None:
+        """The `+experiment=<name>` the run was launched with (None for a hand-typed run)."""
+        return _experiment_of(self.overrides)
+
     def setting(self, key: str, default=None):
         """A method setting from the resolved config (e.g. "k", "hops", "constraint")."""
         return (self.config.get("method") or {}).get(key, default)
@@ -128,6 +133,40 @@ def collect(root: str | Path) -> list[Run]:
     return [load_run(d) for d in dirs]
 
 
+def _experiment_of(overrides) -> str | None:
+    for item in overrides:
+        key, _, value = str(item).partition("=")
+        if key.lstrip("+~") == "experiment":
+            return value
+    return None
+
+
+def collect_all(roots) -> list[Run]:
+    """The runs under every root of `roots` (several sweeps), each run directory once."""
+    runs, seen = [], set()
+    for root in roots:
+        for run in collect(root):
+            if run.run_dir.resolve() not in seen:
+                seen.add(run.run_dir.resolve())
+                runs.append(run)
+    return runs
+
+
+def for_experiment(runs: list[Run], experiment: str) -> list[Run]:
+    """The runs of `experiment`: those launched with `+experiment=<experiment>` and hand-typed
+    ones; a run of another experiment (a Figure 3 point, a Table 2 ablation) is left out, so it
+    never stands in a cell of this one. Raises NoRunsError when none is left."""
+    kept = [r for r in runs if r.experiment in (None, experiment)]
+    others = sorted({r.experiment for r in runs if r.experiment not in (None, experiment)})
+    if others:
+        log.info("%s: leaving out %d runs of other experiments (%s)", experiment, len(runs) - len(kept),
+                 ", ".join(others))
+    if not kept:
+        raise NoRunsError(f"no run of +experiment={experiment} among the {len(runs)} runs given "
+                          f"(they are runs of {', '.join(others)})")
+    return kept
+
+
 def _sweep_experiment(sweep_dir: Path) -> str | None:
     """The `+experiment=<name>` a sweep was launched with, from multirun.yaml or a job's overrides."""
     candidates = []
@@ -138,34 +177,49 @@ def _sweep_experiment(sweep_dir: Path) -> str | None:
     else:
         for overrides in sorted(sweep_dir.rglob(".hydra/overrides.yaml"))[:1]:
             candidates = list(OmegaConf.load(overrides))
-    for item in candidates:
-        key, _, value = str(item).partition("=")
-        if key.lstrip("+~") == "experiment":
-            return value
-    return None
+    return _experiment_of(candidates)
+
+
+def _launched(sweep: Path) -> tuple[float, str]:
+    """When a sweep was last launched (multirun.yaml is rewritten at each launch, so a resumed
+    stable sweep such as multirun/table1 counts from its last launch), then its name."""
+    stamp = sweep / "multirun.yaml"
+    return ((stamp if stamp.is_file() else sweep).stat().st_mtime, sweep.name)
 
 
 def newest_sweep(runs_root: str | Path, experiment: str) -> Path:
     """The newest `<runs_root>/multirun/<time>/` launched with `+experiment=<experiment>`
-    that holds at least one finished run. Sweep dir names are `%Y-%m-%d_%H-%M-%S`, so the
-    lexicographic maximum is the newest."""
+    that holds at least one finished run: the one launched last (`_launched`), whether named by
+    its time (Hydra's default) or stable (`make reproduce-* `'s multirun/<experiment>, SWEEP=<dir>)."""
     base = Path(runs_root) / "multirun"
     if not base.is_dir():
         raise NoRunsError(f"{base}: no multirun directory; run `make reproduce-{experiment}` first "
                           "or pass --runs <dir>")
-    for sweep in sorted((p for p in base.iterdir() if p.is_dir()), reverse=True):
+    for sweep in sorted((p for p in base.iterdir() if p.is_dir()), key=_launched, reverse=True):
         if _sweep_experiment(sweep) == experiment and any(sweep.rglob(SUMMARY)):
             return sweep
     raise NoRunsError(f"{base}: no finished sweep of +experiment={experiment}; run "
                       f"`make reproduce-{experiment}` first or pass --runs <dir>")
 
 
+class RunConflict(ValueError):
+    """Two runs claim the same table cell or figure point; str(e) names both folders."""
+
+
 def index_runs(runs: list[Run], key) -> dict:
-    """{key(run): run}; when two runs share a key the later directory wins (logged)."""
+    """{key(run): run}. Two runs with the same key are an error naming both folders and the
+    settings they differ in (a silent choice would put an arbitrary run in the table)."""
+    from scgmem.harness.rundir import comparable_settings
+
     out: dict = {}
     for run in sorted(runs, key=lambda r: str(r.run_dir)):
         k = key(run)
         if k in out:
-            log.warning("two runs for %s: %s and %s; using the latter", k, out[k].run_dir, run.run_dir)
+            a, b = comparable_settings(out[k].config), comparable_settings(run.config)
+            diffs = [f"{n}: {a.get(n)!r} vs {b.get(n)!r}" for n in sorted(set(a) | set(b)) if a.get(n) != b.get(n)]
+            differ = f"they differ in {'; '.join(diffs[:3])}{' ...' if len(diffs) > 3 else ''}" if diffs \
+                else "same settings"
+            raise RunConflict(f"two runs for {k}: {out[k].run_dir} and {run.run_dir} ({differ}); "
+                              "pass --runs for the one you mean, or move the other away")
         out[k] = run
     return out

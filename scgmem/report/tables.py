@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scgmem.harness.paper_settings import deviations
 from scgmem.report.collect import Run, index_runs, shown_path
 from scgmem.scoring.metrics import bootstrap_ci, category_cis, paired_bootstrap
 from scgmem.report.paper import (BASELINES, EXTRA_TITLES, IMPROVEMENT_ROW, METHOD_TITLES, METRICS, PAPER_MODELS,
@@ -59,6 +60,8 @@ class Row:
     cells: dict[str, Cell] = field(default_factory=dict)  # column(category, metric) -> Cell
     n: int | None = None
     run_dir: str | None = None
+    # How the run departs from the paper's settings (scgmem.harness.paper_settings.deviations).
+    deviations: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -116,7 +119,8 @@ def _our_row(run: Run, key: str, label: str, categories: list[str], n_resamples:
     """Summary values and bootstrap CIs of one run."""
     mapping = {num: name for num, name in run.category_mapping.items() if name in categories}
     cis = category_cis(run.records, mapping, n_resamples=n_resamples, seed=seed)
-    row = Row(key=key, label=label, n=int(run.summary.get("n_questions", len(run.records))), run_dir=shown_path(run.run_dir))
+    row = Row(key=key, label=label, n=int(run.summary.get("n_questions", len(run.records))),
+              run_dir=shown_path(run.run_dir), deviations=deviations(run.config, run.summary))
     for cat in categories:
         for metric in METRICS:
             ci = cis.get(cat, {}).get(metric)

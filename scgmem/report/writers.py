@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from scgmem.harness.paper_settings import MARKS, marks
 from scgmem.report.paper import CATEGORY_TITLES, FLAG_MARKS, METRIC_TITLES, METRICS, column
 from scgmem.report.tables import Cell, Table
 
@@ -41,6 +42,14 @@ def _paper_text(cell: Cell, latex: bool = False) -> str:
     return text
 
 
+def _settings_text(row) -> str:
+    """The Settings column: marks of the run's departures from the paper's settings (spelled out
+    in the CSV); empty for a row without a run."""
+    if row.run_dir is None:
+        return ""
+    return marks(row.deviations) or "paper"
+
+
 def _columns(table: Table) -> list[tuple[str, str]]:
     return [(cat, metric) for cat in table.column_groups for metric in METRICS]
 
@@ -55,23 +64,27 @@ def _legend(table: Table) -> list[str]:
             "† the paper prints no average for this row: the unweighted mean of its category values. "
             "‡ from a secondary summary of the SCG-Mem paper, not the paper itself. "
             "§ printed by the paper, but its own rows give another value (results/paper/README.md).",
+            "Settings: the run's departures from the paper's settings (float32, BGE-M3, BLEU-1 with nltk "
+            f"punkt): {MARKS['dtype']} = another dtype, {MARKS['embedder']} = another embedder, "
+            f"{MARKS['bleu']} = BLEU-1 tokeniser fallback (punkt missing -> treebank), {MARKS['speed']} = "
+            "batch settings changed on a resume in half precision; paper = the paper's settings.",
             *table.notes]
 
 
 def to_markdown(table: Table) -> str:
     cols = _columns(table)
-    head = ["Method", "", *(f"{CATEGORY_TITLES.get(c, c)} {METRIC_TITLES[m]}" for c, m in cols), "n"]
+    head = ["Method", "", *(f"{CATEGORY_TITLES.get(c, c)} {METRIC_TITLES[m]}" for c, m in cols), "n", "Settings"]
     lines = [f"## {table.title}", ""]
     for block in table.blocks:
         paper = block.paper_model or "none"
         same = " (the paper did not run this model)" if block.paper_model not in (None, block.model) else ""
         lines += [f"### {md_text(block.model)} — paper numbers: {md_text(paper)}{same}", "",
-                  "| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(cols) + 1)]
+                  "| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(cols) + 1) + "---|"]
         for row in block.rows:
             cells = [row.cells.get(column(c, m), Cell()) for c, m in cols]
             lines.append("| " + " | ".join([md_text(row.label), "ours", *(_ours_text(x) for x in cells),
-                                            "" if row.n is None else str(row.n)]) + " |")
-            lines.append("| " + " | ".join(["", "paper", *(_paper_text(x) for x in cells), ""]) + " |")
+                                            "" if row.n is None else str(row.n), _settings_text(row)]) + " |")
+            lines.append("| " + " | ".join(["", "paper", *(_paper_text(x) for x in cells), "", ""]) + " |")
         if block.paired:
             lines += ["", f"Paired bootstrap ({block.model}): a − b in percent points over the questions both "
                       "runs answered; p = share of resamples with a − b ≤ 0 (one-sided, a > b).", "",
@@ -87,7 +100,7 @@ def to_markdown(table: Table) -> str:
 
 
 CSV_FIELDS = ("table", "model", "paper_model", "row", "label", "category", "metric", "unit", "ours", "ci_low",
-              "ci_high", "paper", "paper_flag", "diff", "n", "run_dir")
+              "ci_high", "paper", "paper_flag", "diff", "n", "run_dir", "settings_flags")
 PAIRED_FIELDS = ("table", "model", "category", "metric", "a", "b", "n", "unmatched", "diff", "ci_low", "ci_high",
                  "p_value")
 
@@ -103,7 +116,8 @@ def to_records(table: Table) -> tuple[list[dict], list[dict]]:
                               "row": row.key, "label": row.label, "category": cat, "metric": metric,
                               "unit": c.unit or "points", "ours": c.ours, "ci_low": c.ci[0] if c.ci else None,
                               "ci_high": c.ci[1] if c.ci else None, "paper": c.paper, "paper_flag": c.paper_flag,
-                              "diff": c.diff, "n": row.n, "run_dir": row.run_dir})
+                              "diff": c.diff, "n": row.n, "run_dir": row.run_dir,
+                              "settings_flags": "; ".join(row.deviations)})
         paired += [{"table": table.name, "model": block.model, **{k: p[k] for k in PAIRED_FIELDS[2:]}}
                    for p in block.paired]
     return cells, paired

@@ -119,7 +119,8 @@ def _make_run_args(target: str, *make_args: str) -> list[str]:
                          check=True).stdout
     line = next(ln for ln in out.splitlines() if "scgmem-run" in ln)
     args = shlex.split(line)
-    return args[args.index("-m") + 1:]
+    # hydra.sweep.dir (the stable, resumable sweep folder) says where, not which jobs
+    return [a for a in args[args.index("-m") + 1:] if not a.startswith("hydra.sweep.dir=")]
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
