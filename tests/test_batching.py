@@ -201,8 +201,15 @@ def test_map_runs_independent_chains_as_sub_jobs_that_batch_with_other_jobs():
 
 
 def test_width_must_be_positive():
-    with pytest.raises(ValueError, match="run.parallel_conversations must be positive"):
+    with pytest.raises(ValueError, match="width must be positive") as err:
         BatchingFront(LoggingLLM()).run([], width=0)
+    assert "run." not in str(err.value)  # the llm layer names no harness key
+
+
+def test_run_settings_checked_by_the_harness():
+    from scgmem.harness.pipeline import check_run_settings
+    with pytest.raises(ValueError, match="run.parallel_conversations must be a positive int"):
+        check_run_settings(1, 0)
 
 
 # ---------------------------------------------------------------------------- the pipeline

@@ -111,12 +111,7 @@ def propagate(graph: AssociativeGraph, seeds: Sequence[str], *, k: int, hops: in
         temperature: T of softmax(w / T).
         rng: the question's generator (the only randomness).
     """
-    if k < 1:
-        raise ValueError(f"method.k must be >= 1, got {k}")
-    if hops < 0:
-        raise ValueError(f"method.hops must be >= 0, got {hops}")
-    if temperature <= 0:
-        raise ValueError(f"method.temperature must be > 0, got {temperature}")
+    # k >= 1, hops >= 0 and temperature > 0 are checked once, where they enter (SCGMem.__init__).
     active: dict[str, float] = {}
     for s in seeds:
         if len(active) < k and s not in active:

@@ -156,8 +156,8 @@ class BatchingFront:
     def run(self, jobs: Sequence[Callable[[], Any]], width: int) -> list:
         """Run `jobs` with at most `width` alive at once; returns their results in job order.
         The first job to fail stops the others (they see `Cancelled`) and its error is raised."""
-        if width <= 0:
-            raise ValueError(f"run.parallel_conversations must be positive, got {width}")
+        if width <= 0:  # the harness checks its own key (pipeline.check_run_settings); this layer names only its argument
+            raise ValueError(f"BatchingFront.run: width must be positive, got {width}")
         if self.current() is not None:
             raise RuntimeError("BatchingFront.run cannot be nested inside one of its jobs")
         self._cancelled, self._width = False, width
