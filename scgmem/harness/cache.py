@@ -36,12 +36,20 @@ def conversation_fingerprint(conv: Conversation) -> str:
     return hashlib.sha256(json.dumps(payload, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
+def _score_dtype(llm) -> list[str]:
+    """The score dtype when it is not the weights' (a bf16 model scoring in float32 builds other
+    memories than one scoring in bf16); nothing otherwise, so float32 models keep their keys."""
+    score = getattr(llm, "score_dtype", None)
+    return [score] if isinstance(score, str) and not str(llm.dtype).endswith(score) else []
+
+
 def memory_key(method, llm, seed: int, conv: Conversation) -> str:
     spec = {
         "format": CACHE_FORMAT,
         "method": f"{type(method).__module__}.{type(method).__qualname__}",
         "settings": method.memory_settings(),
-        "model": [getattr(llm, "name", None), getattr(llm, "source", None), llm.dtype],
+        "model": [getattr(llm, "name", None), getattr(llm, "source", None), llm.dtype,
+                  *_score_dtype(llm)],
         "seed": seed,
         "prompts": getattr(llm, "prompt_fingerprint", None),  # chat template under the chat policy
         "conversation": conversation_fingerprint(conv),

@@ -36,6 +36,7 @@ from scgmem.llm.oom import OomSplitter
 from scgmem.llm.prefix_cache import PrefixCache, cache_keyword, layout_batch
 from scgmem.llm.protocol import Generation, ProcessorFactory, TokenizerFacts  # noqa: F401 (re-exported)
 from scgmem.llm.sampling import SeededGumbelSampler, TokenLogprobRecorder
+from scgmem.llm.score_head import ScoreHead
 from scgmem.llm.static_decode import StaticDecode
 from scgmem.llm.usage import UsageMeter
 
@@ -77,6 +78,9 @@ class LLM(TokenizerFacts):
             or transformers' "sdpa" / "eager".
         static_cache / compile: greedy and sampled calls decode on a static KV cache, compiled with
             `compile` (`scgmem.llm.static_decode`; compile implies static_cache). Beam search stays eager.
+        score_dtype: "float32": calls with extra processors (SCG-Mem's constrained calls, whose
+            log-probs are recorded and ranked) compute the output head in float32 on a bf16/fp16
+            model (`scgmem.llm.score_head`); "model": the model's dtype.
     """
 
     def __init__(
@@ -105,6 +109,7 @@ class LLM(TokenizerFacts):
         attn_implementation: str = "gqa_sdpa",
         static_cache: bool = False,
         compile: bool = False,
+        score_dtype: str = "float32",
     ) -> None:
         if dtype not in DTYPES:
             raise ValueError(f"model.dtype={dtype!r} is not one of {sorted(DTYPES)}")
@@ -142,6 +147,7 @@ class LLM(TokenizerFacts):
         # The checkpoint's decoding defaults (e.g. Qwen2.5's repetition_penalty 1.05) never apply:
         # every call passes its complete configuration (scgmem.llm.generation).
         self.model_generation_defaults = neutralise(self.model)
+        self.score_head = ScoreHead(self.model, score_dtype)
         self._stop_criteria: dict[tuple[str, ...], StopStringCriteria] = {}
         self._cache_keyword = cache_keyword(self.model)
         self.prefix_cache = (PrefixCache(self.model, min_tokens=prefix_cache_min_tokens,
@@ -203,6 +209,11 @@ class LLM(TokenizerFacts):
                                             max_tokens=self.prefix_cache.max_tokens)
 
     @property
+    def score_dtype(self) -> str:
+        """The dtype of the logits of calls with extra processors (the ones whose scores are recorded)."""
+        return self.score_head.report()
+
+    @property
     def prompt_fingerprint(self) -> str:
         """Hash of a probe rendered under the current policy: prompts built from the same
         messages are equal exactly when it is (a memory built under another one is not reused)."""
@@ -213,7 +224,7 @@ class LLM(TokenizerFacts):
         neutralised, the chat policy with the template hashes, and the caps of this model."""
         return {"calls": self.settings_log.report(), "neutralised_model_defaults": self.model_generation_defaults,
                 "chat_template": template_report(self.tokenizer, self.chat), "caps": self.caps,
-                "attn_implementation": self.attn_implementation,
+                "attn_implementation": self.attn_implementation, "score_dtype": self.score_dtype,
                 **({"static_decode": self.static.report()} if self.static is not None else {})}
 
     # ------------------------------------------------------------------ generation
@@ -332,10 +343,11 @@ class LLM(TokenizerFacts):
                 plist.append(recorder)
             if temperature > 0:
                 plist.append(SeededGumbelSampler(seeds, temperature, width))
-            out = self.model.generate(
-                input_ids=input_ids, attention_mask=attention, generation_config=config, logits_processor=plist,
-                stopping_criteria=self._stopping(stop),
-                **({self._cache_keyword: states} if states is not None else {}))
+            with self.score_head.float32(processors is not None):  # recorded/ranked scores: float32 head
+                out = self.model.generate(
+                    input_ids=input_ids, attention_mask=attention, generation_config=config, logits_processor=plist,
+                    stopping_criteria=self._stopping(stop),
+                    **({self._cache_keyword: states} if states is not None else {}))
         pad = self.tokenizer.pad_token_id
         sequences = out.sequences[:, width:].tolist()  # (batch * num_return_sequences, new); one host copy
         if num_beams > 1:

@@ -1,0 +1,41 @@
+"""Tiny random-weight models with the paper models' real vocabularies and chat templates
+(issue 26, item 5): a 2-layer Llama with Llama 3.2's tokenizer, a 2-layer Qwen2 with Qwen2.5's,
+saved as plain Hugging Face folders, so `model=local model.path=<folder>` runs a method through
+the real special tokens (three EOS ids and no pad for Llama; 151,936 score columns for 151,665
+tokens for Qwen) on CPU in seconds, and the device check can carry the same build to a GPU.
+
+    folder = build_tiny_real_model("qwen2.5", Path("/tmp/tiny-qwen"))
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from scgmem.llm.real_tokenizers import MODEL_FACTS, tokenizer_dir
+
+
+def build_tiny_real_model(family: str, folder: Path, *, hidden: int = 64, layers: int = 2, seed: int = 0,
+                          dtype: str = "float32") -> Path:
+    """Write a random `family` model ("llama3.2" or "qwen2.5") of `layers` layers and width
+    `hidden` with the real tokenizer, config ids and generation_config EOS ids into `folder`."""
+    import torch
+    from transformers import (AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config,
+                              Qwen2ForCausalLM)
+
+    facts = MODEL_FACTS[family]
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    AutoTokenizer.from_pretrained(tokenizer_dir(family)).save_pretrained(folder)
+    common = dict(vocab_size=facts["vocab_size"], hidden_size=hidden, intermediate_size=2 * hidden,
+                  num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=32768, rope_theta=facts["rope_theta"],
+                  bos_token_id=facts["bos_token_id"], eos_token_id=facts["eos_token_id"],
+                  pad_token_id=facts["pad_token_id"], tie_word_embeddings=facts["tie_word_embeddings"])
+    torch.manual_seed(seed)
+    if family == "llama3.2":
+        model = LlamaForCausalLM(LlamaConfig(**common))
+    else:
+        model = Qwen2ForCausalLM(Qwen2Config(**common))
+    model.generation_config = GenerationConfig(bos_token_id=facts["bos_token_id"], eos_token_id=facts["eos_token_id"],
+                                               pad_token_id=facts["pad_token_id"])
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    return folder
