@@ -30,13 +30,14 @@ from scgmem.harness.records import write_json_atomic
 from scgmem.harness.rundir import RunDirMismatch, check_run_dir
 from scgmem.harness.summary import build_summary
 from scgmem.llm.chat_template import ChatPolicy
+from scgmem.llm.http_client import ServerError
 from scgmem.llm.loading import ModelFilesMissing
 from scgmem.llm.usage import UsageMeter
 
 log = logging.getLogger("scgmem.run")
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
-USER_ERRORS = (DataError, ModelFilesMissing, RunDirMismatch, ValueError, TypeError)
+USER_ERRORS = (DataError, ModelFilesMissing, RunDirMismatch, ServerError, ValueError, TypeError)
 
 
 class UsageError(ValueError):
@@ -153,7 +154,7 @@ def task(cfg: DictConfig):
     fresh = not (run_dir / "predictions.jsonl").exists()
     try:
         summary = evaluate(cfg)
-    except (UsageError, DataError, ModelFilesMissing, RunDirMismatch) as e:
+    except (UsageError, DataError, ModelFilesMissing, RunDirMismatch, ServerError) as e:  # ServerError: predictions kept, a rerun resumes
         if _debug():
             raise
         _fail(str(e), run_dir, fresh and not (run_dir / "predictions.jsonl").exists())
