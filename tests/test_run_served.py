@@ -31,11 +31,11 @@ def test_scripted_server_run_meets_the_contract_and_keeps_the_key_out(tmp_path, 
         scgmem_run(*served(server.url, server.model, hf_folder), "model.api_key_env=SCGMEM_TEST_KEY",
                    "method=full_context", *SMALL, f"hydra.run.dir={run_dir}", env={"SCGMEM_TEST_KEY": "sk-do-not-write"})
     recs = records(run_dir)
-    assert len(recs) == 4 and all(set(REQUIRED_FIELDS) <= set(r) for r in recs)
+    assert len(recs) == 2 and all(set(REQUIRED_FIELDS) <= set(r) for r in recs)  # session 1's questions
     assert {r["prediction"] for r in recs} == {"7 May 2023"}
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["generation"]["server"]["models_reported"] == ["tiny-served"]
-    assert summary["tokens"]["answer"]["calls"] == 4
+    assert summary["tokens"]["answer"]["calls"] == 2
     for name in ("run.json", "summary.json", "run.log", "predictions.jsonl"):
         assert "sk-do-not-write" not in (run_dir / name).read_text()
     assert all(b["_auth"] == "Bearer sk-do-not-write" for b in server.bodies)
@@ -61,19 +61,19 @@ def test_unreachable_server_exits_2_with_one_line(tmp_path, hf_folder):
 def test_server_failing_mid_run_keeps_predictions_and_a_rerun_resumes(tmp_path, hf_folder):
     answered = []
 
-    def dies_after_two(body):
+    def dies_after_one(body):
         answered.append(1)
-        return (200, completion('{"answer": "yes"}')) if len(answered) <= 2 else (500, {"error": "gone"})
+        return (200, completion('{"answer": "yes"}')) if len(answered) <= 1 else (500, {"error": "gone"})
 
     run_dir = tmp_path / "run"
     args = ["method=full_context", *SMALL, "run.answer_batch_size=1", "model.retries=0", f"hydra.run.dir={run_dir}"]
-    with ScriptedServer(dies_after_two) as server:
+    with ScriptedServer(dies_after_one) as server:
         proc = scgmem_run(*served(server.url, server.model, hf_folder), *args, check=False)
     assert proc.returncode == 2 and "HTTP 500" in proc.stderr.strip().splitlines()[-1]
-    assert len(records(run_dir)) == 2
+    assert len(records(run_dir)) == 1
     with ScriptedServer(lambda b: (200, completion('{"answer": "yes"}'))) as server:  # another port: same run
         scgmem_run(*served(server.url, server.model, hf_folder), *args)
-    assert len(records(run_dir)) == 4 and len(server.bodies) == 2
+    assert len(records(run_dir)) == 2 and len(server.bodies) == 1
 
 
 # ---------------------------------------------------------------------------- a real server
@@ -92,10 +92,10 @@ def test_real_server_contract_determinism_and_resume(real_server, hf_folder, tmp
     scgmem_run(*args, f"hydra.run.dir={first}")
     scgmem_run(*args, f"hydra.run.dir={second}")
     recs = records(first)
-    assert len(recs) == 8 and all(set(REQUIRED_FIELDS) <= set(r) for r in recs)
+    assert len(recs) >= 2 and all(set(REQUIRED_FIELDS) <= set(r) for r in recs)
     assert comparable(recs) == comparable(records(second))  # a deterministic server: identical predictions
-    partial = run_until_killed(args, killed, lines=3)
-    assert 3 <= len(partial) < 8
+    partial = run_until_killed(args, killed, lines=1)
+    assert 1 <= len(partial) < len(recs), "the run should have been killed part-way"
     scgmem_run(*args, f"hydra.run.dir={killed}")
     assert comparable(records(killed)) == comparable(recs)
 
@@ -106,5 +106,5 @@ def test_real_server_runs_the_agentic_baselines(real_server, hf_folder, tmp_path
     run_dir = tmp_path / method
     scgmem_run(*served(real_server.url, str(hf_folder), hf_folder), f"method={method}", *SMALL,
                f"hydra.run.dir={run_dir}")
-    assert len(records(run_dir)) == 4
+    assert len(records(run_dir)) == 2
     assert json.loads((run_dir / "summary.json").read_text())["tokens"]["ingest"]["calls"] > 0

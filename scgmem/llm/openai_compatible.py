@@ -253,6 +253,8 @@ class OpenAICompatibleLLM:
         if content:
             logprob = float(sum(t.get("logprob", 0.0) for t in content))
         self.usage.add(prompt_tokens=n_prompt, generated_tokens=n_out, cut=int(cut))
+        # The server returns text, not ids: token_ids holds one placeholder per generated token it
+        # counted, so length checks (ReadAgent's gist cap) read the server's count.
         return Generation(text=text.strip(), token_ids=[0] * n_out, logprob=logprob, n_prompt_tokens=n_prompt, cut=cut)
 
 
