@@ -7,6 +7,10 @@ behind each string it returns and `generate` sends those messages (the server ap
 chat template); the rendered text itself (the local tokenizer's template under the same chat
 policy) is what `count_tokens` budgets with.
 
+With `api: completions` (vLLM, SGLang, llama.cpp, `transformers serve` all serve /v1/completions)
+the prompt is instead the text rendered by the local tokenizer's chat template, primed prefix
+included, and the server continues it exactly as the local backend would.
+
 Primed assistant prefixes ('{"answer": "', MemGPT's '{"function": "') cannot be continued by a
 chat API in general. With `prefill: true` (vLLM, SGLang) the prefix is sent as a final assistant
 message with `continue_final_message`, and the reply continues it as locally. Otherwise the prefix
@@ -59,6 +63,8 @@ class OpenAICompatibleLLM:
         prefill: send a primed assistant prefix with continue_final_message (vLLM/SGLang).
         logprobs: ask for token log-probabilities (Generation.logprob); not every server has them.
         caps: per-model generation caps the method configs read (`model.caps.*`).
+        api: "chat" (messages; the server's template) or "completions" (the locally rendered text;
+            needs `tokenizer`).
     """
 
     applies_processors = False  # no token-level control: SCG-Mem's schema constraint cannot run
@@ -67,11 +73,17 @@ class OpenAICompatibleLLM:
     def __init__(self, base_url: str, model_id: str, *, name: str | None = None, api_key_env: str | None = None,
                  tokenizer: str | None = None, context_window: int = 8192, max_concurrency: int = 8,
                  timeout_s: float = 300.0, retries: int = 5, backoff_s: float = 1.0, top_p: float = 1.0,
-                 seed: int = 0, prefill: bool = False, logprobs: bool = False, caps: dict | None = None) -> None:
+                 seed: int = 0, prefill: bool = False, logprobs: bool = False, caps: dict | None = None,
+                 api: str = "chat") -> None:
         if not base_url or base_url == "???":
             raise ValueError("model.base_url is required, e.g. model.base_url=http://127.0.0.1:8000/v1")
         if not model_id or model_id == "???":
             raise ValueError("model.model_id is required: the served model's name (GET <base_url>/models lists it)")
+        if api not in ("chat", "completions"):
+            raise ValueError(f"model.api must be chat or completions, got {api!r}")
+        if api == "completions" and not tokenizer:
+            raise ValueError("model.api=completions sends the prompt rendered by the local chat template: "
+                             "set model.tokenizer to the served model's folder or hub id")
         if max_concurrency < 1:
             raise ValueError(f"model.max_concurrency must be >= 1, got {max_concurrency}")
         key = None
@@ -89,6 +101,7 @@ class OpenAICompatibleLLM:
         self.max_concurrency = int(max_concurrency)
         self.top_p, self.seed, self.prefill, self.logprobs = float(top_p), int(seed), bool(prefill), bool(logprobs)
         self.caps = dict(caps or {})
+        self.api = api
         self.client = JsonClient(self.base_url, api_key=key, timeout_s=timeout_s, retries=retries,
                                  backoff_s=backoff_s)
         self.usage = UsageMeter()
@@ -190,7 +203,7 @@ class OpenAICompatibleLLM:
         return {"calls": self.settings_log.report(), "neutralised_model_defaults": {},
                 "chat_template": {**self.chat.as_dict(), "applied_by": "server"}, "caps": self.caps,
                 "server": {"models_reported": sorted(self.served_models), "model_id": self.model_id,
-                           "prefill": self.prefill, "max_concurrency": self.max_concurrency,
+                           "api": self.api, "prefill": self.prefill, "max_concurrency": self.max_concurrency,
                            "tokenizer": "local" if self.tokenizer is not None else "server /tokenize"}}
 
     # ------------------------------------------------------------------ generation
@@ -205,7 +218,7 @@ class OpenAICompatibleLLM:
         if temperature > 0 and (seeds is None or len(seeds) != len(prompts)):
             raise ValueError("sampling needs one seed per prompt (seeds=...)")
         settings = {"temperature": float(temperature), "top_p": self.top_p, "max_tokens": int(max_new_tokens),
-                    "n": 1, "logprobs": self.logprobs, "prefill": self.prefill}
+                    "n": 1, "logprobs": self.logprobs, "prefill": self.prefill, "api": self.api}
         self.settings_log.record(SettingsLog.kind(self.usage.phase, temperature=temperature, num_beams=1, processors=[]),
                                  settings, calls=len(prompts), max_new_tokens=max_new_tokens,
                                  temperature=temperature, stop=tuple(stop))
@@ -214,11 +227,23 @@ class OpenAICompatibleLLM:
         if max_new_tokens <= 0:
             return [[Generation(text="", n_prompt_tokens=0)] for _ in prompts]
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, max(1, len(bodies)))) as pool:
-            replies = list(pool.map(lambda b: self.client.post("/chat/completions", b[0]), bodies))
+            replies = list(pool.map(lambda b: self.client.post(f"/{self._endpoint}", b[0]), bodies))
         # prompt order, whatever the order of arrival
         return [[self._generation(reply, prefix, stop)] for (_, prefix), reply in zip(bodies, replies)]
 
+    @property
+    def _endpoint(self) -> str:
+        return "completions" if self.api == "completions" else "chat/completions"
+
     def _body(self, prompt: str, max_new_tokens: int, temperature: float, seed: int, stop) -> tuple[dict, str]:
+        if self.api == "completions":  # the locally rendered text, primed prefix included: continued as locally
+            body = {"model": self.model_id, "prompt": prompt, "max_tokens": int(max_new_tokens),
+                    "temperature": float(temperature), "top_p": self.top_p, "n": 1, "seed": int(seed)}
+            if stop:
+                body["stop"] = list(stop)
+            if self.logprobs:
+                body["logprobs"] = 1
+            return body, ""
         messages, prefix = self._rendered.get(prompt) or (self.chat.with_system([{"role": "user", "content": prompt}]), "")
         body = {"model": self.model_id, "messages": list(messages), "max_tokens": int(max_new_tokens),
                 "temperature": float(temperature), "top_p": self.top_p, "n": 1, "seed": int(seed)}
@@ -234,9 +259,9 @@ class OpenAICompatibleLLM:
     def _generation(self, reply: dict, prefix: str, stop) -> Generation:
         try:
             choice = reply["choices"][0]
-            text = choice["message"]["content"] or ""
+            text = (choice["text"] if self.api == "completions" else choice["message"]["content"]) or ""
         except (KeyError, IndexError, TypeError):
-            raise ServerError(f"{self.base_url}/chat/completions: reply has no choices[0].message.content: "
+            raise ServerError(f"{self.base_url}/{self._endpoint}: reply has no choices[0] text: "
                               f"{json.dumps(reply)[:200]}") from None
         if reply.get("model"):
             self.served_models.add(str(reply["model"]))
@@ -249,9 +274,10 @@ class OpenAICompatibleLLM:
         n_prompt, n_out = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
         cut = choice.get("finish_reason") == "length"
         logprob = 0.0
-        content = ((choice.get("logprobs") or {}).get("content")) or []
+        lp = choice.get("logprobs") or {}
+        content = lp.get("content") or [{"logprob": x} for x in (lp.get("token_logprobs") or [])]
         if content:
-            logprob = float(sum(t.get("logprob", 0.0) for t in content))
+            logprob = float(sum(t.get("logprob") or 0.0 for t in content))
         self.usage.add(prompt_tokens=n_prompt, generated_tokens=n_out, cut=int(cut))
         # The server returns text, not ids: token_ids holds one placeholder per generated token it
         # counted, so length checks (ReadAgent's gist cap) read the server's count.

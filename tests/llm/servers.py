@@ -50,7 +50,7 @@ class ScriptedServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with outer.lock:
                     outer.bodies.append({**body, "_path": self.path, "_auth": self.headers.get("Authorization")})
-                if not self.path.endswith("/chat/completions"):
+                if not self.path.endswith("completions"):  # /chat/completions and /completions
                     return self._send(404, {"error": "not found"})
                 self._send(*outer.reply(body))
 

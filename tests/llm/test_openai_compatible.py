@@ -101,7 +101,7 @@ def test_retries_on_500_and_429_then_succeeds():
 @pytest.mark.parametrize("reply, needle", [
     (lambda b: (500, {"error": "boom"}), "HTTP 500"),
     (lambda b: (200, b"{not json"), "not JSON"),
-    (lambda b: (200, {"choices": []}), "no choices[0].message.content"),
+    (lambda b: (200, {"choices": []}), "reply has no choices[0] text"),
     (lambda b: (400, {"error": "bad max_tokens"}), "HTTP 400"),
 ])
 def test_faults_stop_with_one_line_naming_the_url(reply, needle):
@@ -187,3 +187,24 @@ def test_memory_cache_key_names_the_model_not_the_url():
         with ScriptedServer(echo) as server:
             keys.append(memory_key(Method(), make(server), 0, Conv()))
     assert keys[0] == keys[1]
+
+
+def test_completions_api_sends_the_locally_rendered_prompt_with_its_prefix():
+    from scgmem.llm.loading import resolve_model_dir
+    from scgmem.llm.prepare import EMBEDDED
+
+    reply = {"model": "tiny-served", "choices": [{"index": 0, "text": 'Paris"}', "finish_reason": "stop"}],
+             "usage": {"prompt_tokens": 30, "completion_tokens": 3}}
+    with ScriptedServer(lambda b: (200, reply)) as server:
+        llm = make(server, api="completions", tokenizer=resolve_model_dir(None, **EMBEDDED))
+        prompt = llm.render("Capital?", assistant_prefix='{"answer": "')
+        [[gen]] = llm.generate([prompt], max_new_tokens=9)
+    body = server.bodies[-1]
+    assert body["_path"] == "/v1/completions" and body["prompt"] == prompt and prompt.endswith('{"answer": "')
+    assert "<|im_start|>assistant" in prompt and body["max_tokens"] == 9
+    assert gen.text == 'Paris"}' and gen.n_prompt_tokens == 30
+
+
+def test_completions_api_needs_a_local_tokenizer():
+    with pytest.raises(ValueError, match="model.api=completions .* set model.tokenizer"):
+        OpenAICompatibleLLM("http://127.0.0.1:1/v1", "m", api="completions")
