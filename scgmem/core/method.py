@@ -91,6 +91,10 @@ class SCGMem(MemoryMethod):
                  max_keywords: int = 5, context_tokens: int | None = None, separator: str = ",",
                  dense_threshold: int = 256) -> None:
         super().__init__(llm, embedder)
+        if getattr(llm, "served", False):  # a server decodes without SCG-Mem's logits processors
+            raise ValueError("SCG-Mem needs token-level constrained decoding (its schema constraint and recorded "
+                             "log-probs), which a served model cannot give: use the local backend (model=local, "
+                             "model=smollm2-135m or a hub model config)")
         for name, value, low in (("k", k, 1), ("hops", hops, 0), ("num_beams", num_beams, 1),
                                  ("ingest_batch_size", ingest_batch_size, 1), ("max_keywords", max_keywords, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:

@@ -34,6 +34,7 @@ from scgmem.harness.records import write_json_atomic
 from scgmem.harness.rundir import RunDirMismatch, check_run_dir, speed_changes
 from scgmem.harness.summary import build_summary
 from scgmem.llm.chat_template import ChatPolicy
+from scgmem.llm.http_client import ServerError
 from scgmem.llm.loading import ModelFilesMissing
 from scgmem.llm.oom import free_cuda_cache
 from scgmem.llm.usage import UsageMeter
@@ -41,7 +42,7 @@ from scgmem.llm.usage import UsageMeter
 log = logging.getLogger("scgmem.run")
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
-USER_ERRORS = (DataError, ModelFilesMissing, RunDirMismatch, ValueError, TypeError)
+USER_ERRORS = (DataError, ModelFilesMissing, RunDirMismatch, ServerError, ValueError, TypeError)
 
 
 class UsageError(ValueError):
@@ -195,7 +196,8 @@ def task(cfg: DictConfig):
     fresh = not (run_dir / "predictions.jsonl").exists()
     try:
         summary = evaluate(cfg)
-    except (UsageError, DataError, ModelFilesMissing, RunDirMismatch, UnsafePath) as e:
+    except (UsageError, DataError, ModelFilesMissing, RunDirMismatch, UnsafePath, ServerError) as e:
+        # ServerError: the server stopped answering; predictions are kept and a rerun resumes
         if _debug():
             raise
         _fail(str(e), run_dir, fresh and not (run_dir / "predictions.jsonl").exists())

@@ -24,7 +24,11 @@ from scgmem.harness.records import write_json_atomic
 # (data._target_ names the class that reads the file, not what is read; model.cache_dir is where
 # the de-quantised embedded model is kept, ${run.cache_dir}/models by default).
 IGNORED = {("run", "progress"), ("run", "cache_dir"), ("run", "use_memory_cache"), ("logger",), ("data", "_target_"),
-           ("model", "cache_dir")}
+           ("model", "cache_dir"),
+           # how a served model is reached, not what it serves (model=openai_compatible): a run
+           # resumes against another server of the same model
+           ("model", "base_url"), ("model", "api_key_env"), ("model", "max_concurrency"), ("model", "timeout_s"),
+           ("model", "retries"), ("model", "backoff_s")}
 
 
 # Settings that change only speed and memory: a resume may change them (recorded, see above).

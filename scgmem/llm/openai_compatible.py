@@ -1,0 +1,294 @@
+"""A `LanguageModel` served over HTTP by any OpenAI-compatible server (vLLM, SGLang, TGI,
+llama.cpp, `transformers serve`): `model=openai_compatible model.base_url=... model.model_id=...`.
+
+The methods render prompts with `render` and hand the rendered strings to `generate`, exactly as
+with the local backend. A chat API takes messages, not text, so `render` remembers the messages
+behind each string it returns and `generate` sends those messages (the server applies its own
+chat template); the rendered text itself (the local tokenizer's template under the same chat
+policy) is what `count_tokens` budgets with.
+
+With `api: completions` (vLLM, SGLang, llama.cpp, `transformers serve` all serve /v1/completions)
+the prompt is instead the text rendered by the local tokenizer's chat template, primed prefix
+included, and the server continues it exactly as the local backend would.
+
+Primed assistant prefixes ('{"answer": "', MemGPT's '{"function": "') cannot be continued by a
+chat API in general. With `prefill: true` (vLLM, SGLang) the prefix is sent as a final assistant
+message with `continue_final_message`, and the reply continues it as locally. Otherwise the prefix
+is dropped: the model answers on its own and, when its reply starts by writing the prefix itself
+(whitespace aside), that echo is removed, so the caller's `prefix + reply` reads as one object;
+an own JSON object that does not start so is read by the answer parser's own-object route
+(scgmem/scoring/answer_format.py).
+
+Every request states its decoding settings (temperature, top_p, max_tokens, stop, seed, n=1,
+logprobs); the server's own sampling defaults can still apply to settings the API has no field
+for (top_k, repetition penalty), which is why the summary records what was sent, not what ran.
+Requests of one `generate` call go out on a bounded thread pool; results are assembled in
+prompt order, so a deterministic server gives identical predictions run after run.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Sequence
+
+from scgmem.llm.backend import Generation
+from scgmem.llm.chat_template import ChatPolicy, render_messages
+from scgmem.llm.generation import SettingsLog
+from scgmem.llm.http_client import JsonClient, ServerError
+from scgmem.llm.usage import UsageMeter
+
+log = logging.getLogger(__name__)
+
+__all__ = ["OpenAICompatibleLLM", "ServerError"]
+
+
+class OpenAICompatibleLLM:
+    """Args:
+        base_url: the server's OpenAI root, e.g. http://127.0.0.1:8000/v1.
+        model_id: the served model's name (the request's `model` field).
+        name: short name in outputs (default: model_id's last path part).
+        api_key_env: name of an environment variable holding the API key (never recorded).
+        tokenizer: local folder or hub id of the served model's tokenizer; None = the server's
+            /tokenize endpoint (vLLM, SGLang), refused when it has none.
+        context_window: the served window in tokens.
+        max_concurrency: requests in flight at once.
+        timeout_s / retries / backoff_s: per-request timeout; retries on 429, 5xx and dropped
+            connections with exponential back-off.
+        top_p / seed: sent with every request (seed: the default for greedy calls).
+        prefill: send a primed assistant prefix with continue_final_message (vLLM/SGLang).
+        logprobs: ask for token log-probabilities (Generation.logprob); not every server has them.
+        caps: per-model generation caps the method configs read (`model.caps.*`).
+        api: "chat" (messages; the server's template) or "completions" (the locally rendered text;
+            needs `tokenizer`).
+    """
+
+    applies_processors = False  # no token-level control: SCG-Mem's schema constraint cannot run
+    served = True
+
+    def __init__(self, base_url: str, model_id: str, *, name: str | None = None, api_key_env: str | None = None,
+                 tokenizer: str | None = None, context_window: int = 8192, max_concurrency: int = 8,
+                 timeout_s: float = 300.0, retries: int = 5, backoff_s: float = 1.0, top_p: float = 1.0,
+                 seed: int = 0, prefill: bool = False, logprobs: bool = False, caps: dict | None = None,
+                 api: str = "chat") -> None:
+        if not base_url or base_url == "???":
+            raise ValueError("model.base_url is required, e.g. model.base_url=http://127.0.0.1:8000/v1")
+        if not model_id or model_id == "???":
+            raise ValueError("model.model_id is required: the served model's name (GET <base_url>/models lists it)")
+        if api not in ("chat", "completions"):
+            raise ValueError(f"model.api must be chat or completions, got {api!r}")
+        if api == "completions" and not tokenizer:
+            raise ValueError("model.api=completions sends the prompt rendered by the local chat template: "
+                             "set model.tokenizer to the served model's folder or hub id")
+        if max_concurrency < 1:
+            raise ValueError(f"model.max_concurrency must be >= 1, got {max_concurrency}")
+        key = None
+        if api_key_env:
+            key = os.environ.get(api_key_env)
+            if not key:
+                raise ValueError(f"model.api_key_env: environment variable {api_key_env} is not set")
+        self.base_url = base_url.rstrip("/")
+        self.model_id = model_id
+        self.name = name or model_id.rstrip("/").split("/")[-1]
+        # The memory-cache key names the served weights, never the URL: a memory built against one
+        # server is reused against another serving the same model.
+        self.source = f"served:{model_id}"
+        self.context_window = int(context_window)
+        self.max_concurrency = int(max_concurrency)
+        self.top_p, self.seed, self.prefill, self.logprobs = float(top_p), int(seed), bool(prefill), bool(logprobs)
+        self.caps = dict(caps or {})
+        self.api = api
+        self.client = JsonClient(self.base_url, api_key=key, timeout_s=timeout_s, retries=retries,
+                                 backoff_s=backoff_s)
+        self.usage = UsageMeter()
+        self.settings_log = SettingsLog()
+        self.chat = ChatPolicy()
+        self.served_models: set[str] = set()
+        self._rendered: OrderedDict[str, tuple[list[dict], str]] = OrderedDict()
+        listed = [m.get("id") for m in self.client.get("/models").get("data", []) if isinstance(m, dict)]
+        if listed and model_id not in listed:
+            raise ValueError(f"model.model_id={model_id}: not served at {self.base_url} (it serves {listed})")
+        self.tokenizer = None
+        self._server_tokenize = None
+        if tokenizer:
+            from transformers import AutoTokenizer
+            try:
+                self.tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+            except (OSError, ValueError) as e:
+                raise ValueError(f"model.tokenizer={tokenizer}: cannot load a tokenizer ({str(e).splitlines()[0]})") from None
+        else:
+            self._server_tokenize = self._find_tokenize_endpoint()
+
+    # ------------------------------------------------------------------ tokens
+    def _find_tokenize_endpoint(self) -> str:
+        """vLLM and SGLang serve /tokenize beside /v1; refuse rather than guess a count."""
+        root = re.sub(r"/v1$", "", self.base_url)
+        for url in (root + "/tokenize", self.base_url + "/tokenize"):
+            try:
+                reply = self.client.post_url(url, {"model": self.model_id, "prompt": "probe", "add_special_tokens": False},
+                                             retry=False)
+            except ServerError:
+                continue
+            if isinstance(reply.get("tokens"), list):
+                return url
+        raise ValueError(f"model.tokenizer is required: {self.base_url} has no /tokenize endpoint, and token "
+                         f"budgets need the served model's tokenizer (a local folder or hub id)")
+
+    def encode(self, text: str) -> list[int]:
+        if self.tokenizer is not None:
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        reply = self.client.post_url(self._server_tokenize, {"model": self.model_id, "prompt": text,
+                                                             "add_special_tokens": False})
+        return [int(t) for t in reply["tokens"]]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        if self.tokenizer is not None:
+            return self.tokenizer.decode(ids)
+        url = self._server_tokenize.replace("/tokenize", "/detokenize")
+        return self.client.post_url(url, {"model": self.model_id, "tokens": list(ids)})["prompt"]
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.encode(text))
+
+    # the vocabulary facts only constrained decoding reads; known only with a local tokenizer
+    @property
+    def vocab_size(self) -> int:
+        return len(self.tokenizer) if self.tokenizer is not None else 0
+
+    @property
+    def pad_id(self) -> int:
+        return getattr(self.tokenizer, "pad_token_id", None) or 0
+
+    @property
+    def eos_id(self) -> int:
+        return getattr(self.tokenizer, "eos_token_id", None) or 0
+
+    @property
+    def eos_ids(self) -> list[int]:
+        return [self.eos_id]
+
+    dtype = "served"  # the server's weights; part of the memory-cache key with `source`
+
+    # ------------------------------------------------------------------ chat
+    def set_chat_policy(self, policy: ChatPolicy) -> None:
+        self.chat = policy
+
+    def render(self, messages: str | list[dict], *, add_generation_prompt: bool = True,
+               assistant_prefix: str = "") -> str:
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        full = self.chat.with_system(list(messages))
+        if self.tokenizer is not None:
+            text = render_messages(self.tokenizer, list(messages), self.chat, add_generation_prompt=add_generation_prompt)
+        else:
+            text = "".join(f"{m['role']}: {m['content']}\n" for m in full) + ("assistant: " if add_generation_prompt else "")
+        text += assistant_prefix
+        self._rendered[text] = (full, assistant_prefix)
+        self._rendered.move_to_end(text)
+        while len(self._rendered) > 50000:  # bounded: a prompt is generated soon after it is rendered
+            self._rendered.popitem(last=False)
+        return text
+
+    @property
+    def prompt_fingerprint(self) -> str:
+        import hashlib
+        probe = json.dumps([self.chat.as_dict(), self.model_id, self.prefill], sort_keys=True, default=str)
+        return hashlib.sha256(probe.encode()).hexdigest()
+
+    def generation_report(self) -> dict:
+        return {"calls": self.settings_log.report(), "neutralised_model_defaults": {},
+                "chat_template": {**self.chat.as_dict(), "applied_by": "server"}, "caps": self.caps,
+                "server": {"models_reported": sorted(self.served_models), "model_id": self.model_id,
+                           "api": self.api, "prefill": self.prefill, "max_concurrency": self.max_concurrency,
+                           "tokenizer": "local" if self.tokenizer is not None else "server /tokenize"}}
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64, temperature: float = 0.0,
+                 seeds: Sequence[int] | None = None, processors=None, num_beams: int = 1,
+                 num_return_sequences: int = 1, length_penalty: float = 0.0,
+                 stop: Sequence[str] = ()) -> list[list[Generation]]:
+        if processors is not None:
+            raise TypeError("logits processors need token-level control: use the local backend (e.g. model=local)")
+        if num_beams > 1 or num_return_sequences > 1:
+            raise TypeError("beam search needs token-level control: use the local backend (e.g. model=local)")
+        if temperature > 0 and (seeds is None or len(seeds) != len(prompts)):
+            raise ValueError("sampling needs one seed per prompt (seeds=...)")
+        settings = {"temperature": float(temperature), "top_p": self.top_p, "max_tokens": int(max_new_tokens),
+                    "n": 1, "logprobs": self.logprobs, "prefill": self.prefill, "api": self.api}
+        self.settings_log.record(SettingsLog.kind(self.usage.phase, temperature=temperature, num_beams=1, processors=[]),
+                                 settings, calls=len(prompts), max_new_tokens=max_new_tokens,
+                                 temperature=temperature, stop=tuple(stop))
+        bodies = [self._body(p, max_new_tokens, temperature, self.seed if seeds is None else int(seeds[i]), stop)
+                  for i, p in enumerate(prompts)]
+        if max_new_tokens <= 0:
+            return [[Generation(text="", n_prompt_tokens=0)] for _ in prompts]
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, max(1, len(bodies)))) as pool:
+            replies = list(pool.map(lambda b: self.client.post(f"/{self._endpoint}", b[0]), bodies))
+        # prompt order, whatever the order of arrival
+        return [[self._generation(reply, prefix, stop)] for (_, prefix), reply in zip(bodies, replies)]
+
+    @property
+    def _endpoint(self) -> str:
+        return "completions" if self.api == "completions" else "chat/completions"
+
+    def _body(self, prompt: str, max_new_tokens: int, temperature: float, seed: int, stop) -> tuple[dict, str]:
+        if self.api == "completions":  # the locally rendered text, primed prefix included: continued as locally
+            body = {"model": self.model_id, "prompt": prompt, "max_tokens": int(max_new_tokens),
+                    "temperature": float(temperature), "top_p": self.top_p, "n": 1, "seed": int(seed)}
+            if stop:
+                body["stop"] = list(stop)
+            if self.logprobs:
+                body["logprobs"] = 1
+            return body, ""
+        messages, prefix = self._rendered.get(prompt) or (self.chat.with_system([{"role": "user", "content": prompt}]), "")
+        body = {"model": self.model_id, "messages": list(messages), "max_tokens": int(max_new_tokens),
+                "temperature": float(temperature), "top_p": self.top_p, "n": 1, "seed": int(seed)}
+        if stop:
+            body["stop"] = list(stop)
+        if self.logprobs:
+            body["logprobs"] = True
+        if prefix and self.prefill:
+            body["messages"] = [*messages, {"role": "assistant", "content": prefix}]
+            body.update(continue_final_message=True, add_generation_prompt=False)
+        return body, prefix
+
+    def _generation(self, reply: dict, prefix: str, stop) -> Generation:
+        try:
+            choice = reply["choices"][0]
+            text = (choice["text"] if self.api == "completions" else choice["message"]["content"]) or ""
+        except (KeyError, IndexError, TypeError):
+            raise ServerError(f"{self.base_url}/{self._endpoint}: reply has no choices[0] text: "
+                              f"{json.dumps(reply)[:200]}") from None
+        if reply.get("model"):
+            self.served_models.add(str(reply["model"]))
+        if prefix and not self.prefill:
+            text = strip_echo(text, prefix)
+        for s in stop:  # servers apply stop; cut again in case one returns it
+            if s and s in text:
+                text = text[: text.index(s)]
+        usage = reply.get("usage") or {}
+        n_prompt, n_out = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        cut = choice.get("finish_reason") == "length"
+        logprob = 0.0
+        lp = choice.get("logprobs") or {}
+        content = lp.get("content") or [{"logprob": x} for x in (lp.get("token_logprobs") or [])]
+        if content:
+            logprob = float(sum(t.get("logprob") or 0.0 for t in content))
+        self.usage.add(prompt_tokens=n_prompt, generated_tokens=n_out, cut=int(cut))
+        # The server returns text, not ids: token_ids holds one placeholder per generated token it
+        # counted, so length checks (ReadAgent's gist cap) read the server's count.
+        return Generation(text=text.strip(), token_ids=[0] * n_out, logprob=logprob, n_prompt_tokens=n_prompt, cut=cut)
+
+
+def strip_echo(text: str, prefix: str) -> str:
+    """`text` without a leading copy of `prefix` (whitespace may differ anywhere in it), so
+    that `prefix + result` reads as the reply the model wrote; unchanged when it does not start so."""
+    chars = [re.escape(c) for c in prefix if not c.isspace()]
+    if not chars:
+        return text
+    match = re.match(r"\s*" + r"\s*".join(chars), text)
+    return text[match.end():] if match else text
