@@ -27,3 +27,31 @@ def test_a_run_json_from_before_a_setting_was_ignored_still_resumes(tmp_path):
     (tmp_path / "run.json").write_text('{"config": {"model.name": "smollm2-135m", '
                                        '"model.cache_dir": "/root/.cache/scgmem/models", "method.k": 35}}')
     check_run_dir(tmp_path, config(cache_dir="/elsewhere"))
+
+
+def test_a_run_json_from_before_added_settings_and_moved_classes_resumes(tmp_path):
+    """run.json of a run started before model.attn_implementation (and the other added keys)
+    existed, naming the embedder's old module: today's config with the values that reproduce the
+    older code resumes it; a value that computes differently is still refused."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from scgmem.harness.rundir import RunDirMismatch, check_run_dir
+
+    old = {"model.name": "m", "model.dtype": "float32", "embedder._target_": "scgmem.embedder.Embedder", "seed": 0}
+    (tmp_path / "run.json").write_text(json.dumps({"config": old}))
+    (tmp_path / "predictions.jsonl").write_text("{}\n")
+    today = {"model": {"name": "m", "dtype": "float32", "attn_implementation": "sdpa", "static_cache": False,
+                       "compile": False, "score_dtype": "float32"},
+             "embedder": {"_target_": "scgmem.llm.embedder.Embedder"}, "seed": 0,
+             "run": {"jobs_per_gpu": 1, "pin_gpus": False}}
+    check_run_dir(tmp_path, OmegaConf.create(today))  # resumes
+    (tmp_path / "run.json").write_text(json.dumps({"config": old}))
+    changed = {**today, "model": {**today["model"], "attn_implementation": "gqa_sdpa"}}
+    with pytest.raises(RunDirMismatch, match="model.attn_implementation: 'sdpa' -> 'gqa_sdpa'"):
+        check_run_dir(tmp_path, OmegaConf.create(changed))
+    bf16 = {"model.name": "m", "model.dtype": "bfloat16", "embedder._target_": "scgmem.embedder.Embedder", "seed": 0}
+    (tmp_path / "run.json").write_text(json.dumps({"config": bf16}))
+    with pytest.raises(RunDirMismatch, match="model.score_dtype: 'model' -> 'float32'"):
+        check_run_dir(tmp_path, OmegaConf.create({**today, "model": {**today["model"], "dtype": "bfloat16"}}))

@@ -39,6 +39,33 @@ SPEED = {("run", "parallel_conversations"), ("run", "answer_batch_size"), ("mode
          ("embedder", "batch_size")}
 
 
+# Settings added after runs were made, and the value that reproduces what the code did before
+# them (a function of the current settings): a run.json without the key compares as if it held
+# that value, so a run started before the key existed resumes when nothing it computes changes.
+ADDED = {
+    "model.attn_implementation": lambda cur: "sdpa",   # transformers' own attention, as before
+    "model.static_cache": lambda cur: False,
+    "model.compile": lambda cur: False,
+    "run.jobs_per_gpu": lambda cur: 1,
+    "run.pin_gpus": lambda cur: False,
+    # scores were in the weights' dtype; float32 scores on float32 weights are the same numbers
+    "model.score_dtype": lambda cur: cur.get("model.score_dtype") if cur.get("model.dtype") in ("float32", "fp32")
+    else "model",
+}
+# Classes that moved to another module: a run.json naming the old path names the same class.
+MOVED = {"scgmem.embedder.Embedder": "scgmem.llm.embedder.Embedder"}
+
+
+def upgraded(previous: dict, current: dict) -> dict:
+    """A stored run.json config read with today's names: moved targets renamed, added settings
+    filled with the value that reproduces the older code."""
+    out = {k: MOVED.get(v, v) if k.endswith("_target_") and isinstance(v, str) else v for k, v in previous.items()}
+    for key, before in ADDED.items():
+        if key not in out and key in current:
+            out[key] = before(current)
+    return out
+
+
 class RunDirMismatch(RuntimeError):
     """The run directory holds results of a different configuration."""
 
@@ -94,6 +121,7 @@ def check_run_dir(run_dir: Path, cfg: DictConfig) -> None:
             record = record if isinstance(record, dict) else {}
             # A run.json written before a setting joined IGNORED still holds it: drop it here too.
             previous = {k: v for k, v in previous.items() if not _ignored(tuple(k.split(".")))}
+            previous = upgraded(previous, current)
         except (ValueError, KeyError, AttributeError):
             previous = None
         if previous is not None and previous != current:
