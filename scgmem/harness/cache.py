@@ -20,11 +20,10 @@ import json
 import logging
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
 from scgmem.api import Conversation
 from scgmem.api.paths import path_under
 from scgmem.harness.records import write_json_atomic
+from scgmem.llm.loading import held_lock
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +88,5 @@ class MemoryCache:
             yield
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(f"{path}.lock")
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            log.info("memory %s is being built by another job: waiting for it", path)
-            lock.acquire()
-        try:
+        with held_lock(f"{path}.lock", f"memory {path} is being built by another job: waiting for it"):
             yield
-        finally:
-            lock.release()

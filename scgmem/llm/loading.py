@@ -12,6 +12,7 @@ temporary sibling, renamed into place; the others wait and then load it.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import logging
@@ -53,6 +54,22 @@ def find_gguf(gguf_package: str | None, gguf_dir: str | None, gguf_file: str) ->
     return path
 
 
+@contextlib.contextmanager
+def held_lock(lock_path: str, waiting: str):
+    """Hold the OS file lock `lock_path` (a killed process releases it); when another process
+    holds it, log `waiting` once and wait for it."""
+    lock = FileLock(lock_path)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.info("%s", waiting)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def build_dir_once(out_dir: Path, build: Callable[[Path], None], done: Callable[[Path], bool]) -> Path:
     """Make folder `out_dir` exist, built by `build(tmp)` once across processes: under the file
     lock `<out_dir>.lock`, into a temporary sibling renamed into place, so a reader finds no
@@ -61,13 +78,7 @@ def build_dir_once(out_dir: Path, build: Callable[[Path], None], done: Callable[
     if done(out_dir):
         return out_dir
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(f"{out_dir}.lock")  # an OS lock: a killed process releases it
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        log.info("%s is being built by another process: waiting for it", out_dir)
-        lock.acquire()
-    try:
+    with held_lock(f"{out_dir}.lock", f"{out_dir} is being built by another process: waiting for it"):
         if done(out_dir):  # built by the process we waited for
             return out_dir
         tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=out_dir.name + ".tmp"))
@@ -79,8 +90,6 @@ def build_dir_once(out_dir: Path, build: Callable[[Path], None], done: Callable[
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    finally:
-        lock.release()
     return out_dir
 
 
