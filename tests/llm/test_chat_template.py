@@ -6,22 +6,10 @@ from transformers import AutoTokenizer
 from transformers.utils import chat_template_utils
 
 from scgmem.llm.chat_template import ChatPolicy, render_messages, template_report
+from scgmem.llm.real_tokenizers import LLAMA32_TEMPLATE
 
-# The date logic of Llama 3.2's template (meta-llama/Llama-3.2-1B-Instruct tokenizer_config.json).
-LLAMA_STYLE = (
-    "{{- bos_token }}\n"
-    "{%- if not date_string is defined %}{%- if strftime_now is defined %}"
-    "{%- set date_string = strftime_now(\"%d %b %Y\") %}{%- else %}{%- set date_string = \"26 Jul 2024\" %}"
-    "{%- endif %}{%- endif %}\n"
-    "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content']|trim %}"
-    "{%- set messages = messages[1:] %}{%- else %}{%- set system_message = \"\" %}{%- endif %}\n"
-    "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}"
-    "{{- \"Cutting Knowledge Date: December 2023\\n\" }}{{- \"Today Date: \" + date_string + \"\\n\\n\" }}"
-    "{{- system_message }}{{- \"<|eot_id|>\" }}\n"
-    "{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
-    " + message['content'] | trim + '<|eot_id|>' }}{%- endfor %}\n"
-    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}\n"
-)
+# Llama 3.2's template, with its date logic (meta-llama/Llama-3.2-1B-Instruct tokenizer_config.json).
+LLAMA_STYLE = LLAMA32_TEMPLATE
 # Qwen2.5's default system message when a conversation has none.
 QWEN_STYLE = (
     "{%- if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. "
