@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from baselines.memgpt_functions import (ArchivalStorage, CoreMemory, RecallStorage, Toolbox, function_block,
+from scgmem.baselines.memgpt.functions import (ArchivalStorage, CoreMemory, RecallStorage, Toolbox, function_block,
                                         iso_date)
 from tests.baselines import BagEmbedder
 

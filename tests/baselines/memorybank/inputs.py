@@ -7,7 +7,7 @@ import zlib
 
 import numpy as np
 
-from baselines.memorybank import MemoryBank
+from scgmem.baselines.memorybank.method import MemoryBank
 from scgmem.api import Conversation, Session, Turn
 from tests.baselines import CountingLLM
 

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from baselines.json_repair import clean_json
+from scgmem.baselines.json_repair import clean_json
 from scgmem.api import Turn
 
 PROMPT_VERSION = "memgpt-2"  # bump when a prompt changes: it is part of the cache key

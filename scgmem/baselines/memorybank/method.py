@@ -16,7 +16,7 @@ MemoryBank:
   alive, optional same-date neighbour merging up to `merge_chars` (CHUNK_SIZE=200), grouped by
   date in ascending order, under the global summary and the portrait.
 - Forgetting, the Ebbinghaus curve, in either of the authors' two versions (`forgetting_curve`,
-  baselines/memorybank_forgetting.py): `paper` (R = exp(-t/S), S = level + 1 <= 3, deleted at
+  scgmem/baselines/memorybank/forgetting.py): `paper` (R = exp(-t/S), S = level + 1 <= 3, deleted at
   30 days) or `code` (their later commit: R = exp(-t*S/5), S = 1 + recalls uncapped, no cutoff,
   a day's summary kept while any of its dialogs is). Each time the clock advances to a new date
   (every session; QA happens on the last session's date, so no extra pass) every unit gets its
@@ -53,13 +53,13 @@ from typing import Any
 
 import numpy as np
 
-from baselines.greedy_calls import greedy_texts, strip_repeated_lines
-from baselines.locomo_text import parse_locomo_date, render_turn_line
-from baselines.memorybank_forgetting import ForgettingCurve
-from baselines.memorybank_prompts import (EVENT_PROMPT, OVERALL_EVENT_ENTRY, OVERALL_EVENT_PROMPT,
+from scgmem.baselines.greedy_calls import greedy_texts, strip_repeated_lines
+from scgmem.baselines.locomo_text import parse_locomo_date, render_turn_line
+from scgmem.baselines.memorybank.forgetting import ForgettingCurve
+from scgmem.baselines.memorybank.prompts import (EVENT_PROMPT, OVERALL_EVENT_ENTRY, OVERALL_EVENT_PROMPT,
                                           OVERALL_PERSONALITY_ENTRY, OVERALL_PERSONALITY_PROMPT, PERSONALITY_PROMPT,
                                           SYSTEM_PROMPT)
-from baselines.memorybank_units import merge_neighbours, pair_turns, settings_deviations
+from scgmem.baselines.memorybank.units import merge_neighbours, pair_turns, settings_deviations
 from scgmem.api import Conversation, MemoryMethod, Recall, dia_order
 
 log = logging.getLogger(__name__)

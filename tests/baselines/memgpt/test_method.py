@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from baselines.memgpt import (FAILED_HEARTBEAT, PREFIX, REQ_HEARTBEAT, SESSION_END, AgentState, MemGPT,
+from scgmem.baselines.memgpt.method import (FAILED_HEARTBEAT, PREFIX, REQ_HEARTBEAT, SESSION_END, AgentState, MemGPT,
                               longest_content_word, parse_call)
 from scgmem.api import Conversation
 from scgmem.llm.fake import ScriptedLLM

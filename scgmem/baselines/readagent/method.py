@@ -5,7 +5,7 @@ Our reimplementation after the authors' demo notebook [R1] (read_agent_demo.ipyn
 docs/methods.md, section ReadAgent. The three steps:
 
 1. Pagination (one LLM call per page, sequential: each prompt shows the previous page;
-   `baselines/readagent_pagination.py`): the model names the label where pausing is most
+   `scgmem/baselines/readagent/pagination.py`): the model names the label where pausing is most
    natural.
 2. Gisting (one call per page, all pages of a conversation in one `generate` list).
 3. Look-up at question time: ReadAgent-P (one call listing up to `max_lookup_pages` pages in
@@ -46,10 +46,10 @@ from typing import Any
 
 import numpy as np
 
-from baselines.greedy_calls import greedy_generations, greedy_texts, strip_repeated_lines
-from baselines.locomo_text import render_turn_line
-from baselines.readagent_pagination import count_words, paginate
-from baselines.readagent_prompts import (GIST_PROMPT, LOOKUP_EXAMPLES, LOOKUP_PROMPT, PROMPT_VERSION,
+from scgmem.baselines.greedy_calls import greedy_generations, greedy_texts, strip_repeated_lines
+from scgmem.baselines.locomo_text import render_turn_line
+from scgmem.baselines.readagent.pagination import count_words, paginate
+from scgmem.baselines.readagent.prompts import (GIST_PROMPT, LOOKUP_EXAMPLES, LOOKUP_PROMPT, PROMPT_VERSION,
                                          SEQUENTIAL_PROMPT, parse_break_point, parse_lookup_brackets,
                                          parse_lookup_lenient, parse_sequential)
 from scgmem.api import Conversation, MemoryMethod, Recall, dia_order

@@ -1,4 +1,4 @@
-"""MemoryBank (baselines/memorybank.py): units, summaries, retrieval, cache; the forgetting curve is
+"""MemoryBank (scgmem/baselines/memorybank/method.py): units, summaries, retrieval, cache; the forgetting curve is
 tested in test_memorybank_forgetting.py."""
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from baselines.memorybank import MemoryBank
-from baselines.memorybank_forgetting import ForgettingCurve
-from baselines.memorybank_units import pair_turns
+from scgmem.baselines.memorybank.method import MemoryBank
+from scgmem.baselines.memorybank.forgetting import ForgettingCurve
+from scgmem.baselines.memorybank.units import pair_turns
 from scgmem.data.locomo import load_locomo
 from scgmem.llm.fake import ScriptedLLM
 from tests.baselines import CountingLLM
-from tests.baselines.memorybank_inputs import THREE, BagEmbedder, build, conv_of, session, summaries
+from tests.baselines.memorybank.inputs import THREE, BagEmbedder, build, conv_of, session, summaries
 
 PAPER, CODE = ForgettingCurve("paper"), ForgettingCurve("code")
 

@@ -11,13 +11,13 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from baselines.rag import DenseRAG
-from baselines.rag_locomo import LoCoMoRAG, split_dia_ids
+from scgmem.baselines.rag.dense import DenseRAG
+from scgmem.baselines.rag.locomo import LoCoMoRAG, split_dia_ids
 from scgmem.data.locomo import load_locomo
 from scgmem.llm.fake import ScriptedLLM
 from tests.baselines import CONV
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 LLM = ScriptedLLM(["x"])
 
 

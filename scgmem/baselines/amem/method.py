@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from baselines import amem_prompts as P
+from scgmem.baselines.amem import prompts as P
 from scgmem.api import Conversation, MemoryMethod, Recall, Turn, truncate_to_tokens
 from scgmem.llm.embedder import cosine_top_k
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from baselines.json_repair import clean_json
+from scgmem.baselines.json_repair import clean_json
 
 # The robust controllers send this system message before every prompt.
 SYSTEM_MESSAGE = "Follow the format specified in the prompt exactly. Do not add extra commentary."

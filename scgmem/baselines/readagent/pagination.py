@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from baselines.readagent_prompts import PAGINATION_PROMPT
+from scgmem.baselines.readagent.prompts import PAGINATION_PROMPT
 
 
 def count_words(text: str) -> int:

@@ -1,9 +1,9 @@
-"""A-MEM's reply parsers and fallback heuristics (baselines/amem_prompts.py)."""
+"""A-MEM's reply parsers and fallback heuristics (scgmem/baselines/amem/prompts.py)."""
 from __future__ import annotations
 
 import pytest
 
-from baselines import amem_prompts as P
+from scgmem.baselines.amem import prompts as P
 
 
 def test_parse_analysis_json_sections_and_none():

@@ -1,4 +1,4 @@
-"""ReadAgent (baselines/readagent.py): pagination, gists, look-up, budget, cache, on canned and garbage LLM output."""
+"""ReadAgent (scgmem/baselines/readagent/method.py): pagination, gists, look-up, budget, cache, on canned and garbage LLM output."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from baselines.readagent import ReadAgent
-from baselines.readagent_prompts import parse_break_point, parse_lookup_brackets, parse_lookup_lenient, parse_sequential
+from scgmem.baselines.readagent.method import ReadAgent
+from scgmem.baselines.readagent.prompts import parse_break_point, parse_lookup_brackets, parse_lookup_lenient, parse_sequential
 from scgmem.api import Conversation, Session, Turn
 from scgmem.data.locomo import load_locomo
 from scgmem.llm.fake import ScriptedLLM

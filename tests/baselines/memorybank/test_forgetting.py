@@ -1,4 +1,4 @@
-"""MemoryBank's forgetting (baselines/memorybank_forgetting.py): both curves by hand, strengthening,
+"""MemoryBank's forgetting (scgmem/baselines/memorybank/forgetting.py): both curves by hand, strengthening,
 seeded replays, and what survives of conv-26."""
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from baselines.memorybank_forgetting import ForgettingCurve
+from scgmem.baselines.memorybank.forgetting import ForgettingCurve
 from experiments.memorybank_survival_lib import survival
 from scgmem.data.locomo import load_locomo
 from tests.baselines import CountingLLM
-from tests.baselines.memorybank_inputs import THREE, BagEmbedder, FixedRng, build, conv_of, session, summaries
+from tests.baselines.memorybank.inputs import THREE, BagEmbedder, FixedRng, build, conv_of, session, summaries
 
 # ---------------------------------------------------------------------------- the forgetting curve
 PAPER, CODE = ForgettingCurve("paper"), ForgettingCurve("code")

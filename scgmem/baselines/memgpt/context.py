@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from baselines.memgpt_functions import ArchivalStorage, CoreMemory, ToolResult
+from scgmem.baselines.memgpt.functions import ArchivalStorage, CoreMemory, ToolResult
 from scgmem.api import truncate_to_tokens
 
 

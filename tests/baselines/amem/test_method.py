@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from baselines import amem_prompts as P
-from baselines.amem import AMem, note_content
+from scgmem.baselines.amem import prompts as P
+from scgmem.baselines.amem.method import AMem, note_content
 from scgmem.api import Conversation, Turn
 from scgmem.llm.fake import ScriptedLLM
 from tests.baselines import CONV, BagEmbedder, conversation, measured_ingest

@@ -3,7 +3,7 @@
 docs/methods.md, section MemGPT; after MemGPT [G1] (paper-era commit and tag 0.3.25). The main
 context holds the system prompt (with the function listing), a metadata line, the core
 memory blocks and the FIFO queue; the whole transcript sits in recall storage and the
-agent's own notes in archival storage (`baselines.memgpt_functions`).
+agent's own notes in archival storage (`scgmem.baselines.memgpt.functions`).
 
 Loop: each step is one greedy call primed with ``{"function": "`` (the chatml wrapper's
 prefix); the reply is parsed (shared `clean_json`, then a regex per field), executed, and
@@ -38,10 +38,10 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from baselines.memgpt_context import AgentState, answer_context
-from baselines.memgpt_functions import (SEARCH_FUNCTIONS, ArchivalStorage, CoreMemory, RecallStorage, Toolbox,
+from scgmem.baselines.memgpt.context import AgentState, answer_context
+from scgmem.baselines.memgpt.functions import (SEARCH_FUNCTIONS, ArchivalStorage, CoreMemory, RecallStorage, Toolbox,
                                         ToolResult, function_block)
-from baselines.memgpt_prompts import (FAILED_HEARTBEAT, HUMAN, PERSONA, PREFIX, PROMPT_VERSION, REQ_HEARTBEAT, ROLE,
+from scgmem.baselines.memgpt.prompts import (FAILED_HEARTBEAT, HUMAN, PERSONA, PREFIX, PROMPT_VERSION, REQ_HEARTBEAT, ROLE,
                                       SESSION_END, SUMMARY_SYSTEM, SYSTEM_PROMPT, USER_MESSAGES, WARNING,
                                       longest_content_word, parse_call, turn_line)
 from scgmem.api import Conversation, MemoryMethod, Recall

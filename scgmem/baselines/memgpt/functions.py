@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from baselines.locomo_text import parse_locomo_date
+from scgmem.baselines.locomo_text import parse_locomo_date
 from scgmem.llm.embedder import cosine_top_k
 
 SEARCH_FUNCTIONS = ("conversation_search", "conversation_search_date", "archival_memory_search")
