@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from scgmem.api import Conversation, MemoryMethod, Recall, render_turn
+from scgmem.api.settings import check_choice, check_int
 
 
 class FullContext(MemoryMethod):
@@ -28,10 +29,8 @@ class FullContext(MemoryMethod):
 
     def __init__(self, llm, embedder=None, style: str = "locomo", budget_step: int = 256) -> None:
         super().__init__(llm, embedder)
-        if style not in ("locomo", "amem"):
-            raise ValueError(f"method.style must be 'locomo' or 'amem', got {style!r}")
-        if not isinstance(budget_step, int) or isinstance(budget_step, bool) or budget_step < 1:
-            raise ValueError(f"method.budget_step must be a positive integer, got {budget_step!r}")
+        check_choice("style", style, ("locomo", "amem"))
+        check_int("budget_step", budget_step)
         self.style = style
         self.budget_step = budget_step
         self.header = ""

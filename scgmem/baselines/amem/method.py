@@ -47,6 +47,7 @@ from tqdm.auto import tqdm
 
 from scgmem.baselines.amem import prompts as P
 from scgmem.api import Conversation, MemoryMethod, Recall, Turn, truncate_to_tokens
+from scgmem.api.settings import check_choice, check_embedder, check_int
 from scgmem.llm.embedder import cosine_top_k
 
 log = logging.getLogger(__name__)
@@ -89,15 +90,11 @@ class AMem(MemoryMethod):
                  strengthen_tokens: int = 64, update_tokens: int = 256, query_tokens: int = 32,
                  batch_analysis: bool = True, link_expansion: str = "repeat", decoding: str = "greedy") -> None:
         super().__init__(llm, embedder)
-        if embedder is None:
-            raise ValueError("AMem needs an embedder (embedder=None given)")
+        check_embedder("amem", embedder, "its notes are retrieved by embedding")
         for arg, value in (("k", k), ("neighbours", neighbours), ("evo_threshold", evo_threshold)):
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"method.{arg} must be a positive integer, got {value!r}")
-        if link_expansion not in ("repeat", "unique"):
-            raise ValueError(f"method.link_expansion must be 'repeat' or 'unique', got {link_expansion!r}")
-        if decoding not in ("greedy", "authors"):
-            raise ValueError(f"method.decoding must be 'greedy' or 'authors', got {decoding!r}")
+            check_int(arg, value)
+        check_choice("link_expansion", link_expansion, ("repeat", "unique"))
+        check_choice("decoding", decoding, ("greedy", "authors"))
         self.k, self.neighbours, self.evo_threshold = k, neighbours, evo_threshold
         self.link_expansion, self.decoding = link_expansion, decoding
         self.seed_base = 0  # drawn from the ingest rng when sampling; stored with the state

@@ -45,6 +45,7 @@ from scgmem.baselines.memgpt.prompts import (FAILED_HEARTBEAT, HUMAN, PERSONA, P
                                       SESSION_END, SUMMARY_SYSTEM, SYSTEM_PROMPT, USER_MESSAGES, WARNING,
                                       longest_content_word, parse_call, turn_line)
 from scgmem.api import Conversation, MemoryMethod, Recall
+from scgmem.api.settings import check_choice, check_embedder, check_int, check_range
 
 log = logging.getLogger(__name__)
 
@@ -78,18 +79,14 @@ class MemGPT(MemoryMethod):
                  chunk_tokens: int = 300, step_tokens: int = 160, summary_tokens: int = 160,
                  search_any_keyword: bool = False) -> None:
         super().__init__(llm, embedder)
-        if embedder is None:
-            raise ValueError("MemGPT needs an embedder for archival memory (embedder=None given)")
-        if ingest_mode not in ("per_turn", "per_session"):
-            raise ValueError(f"method.ingest_mode must be 'per_turn' or 'per_session', got {ingest_mode!r}")
+        check_embedder("memgpt", embedder, "for archival memory")
+        check_choice("ingest_mode", ingest_mode, ("per_turn", "per_session"))
         for arg, value in (("warning_frac", warning_frac), ("summary_frac", summary_frac)):
-            if not 0 < value < 1:
-                raise ValueError(f"method.{arg} must be in (0, 1), got {value!r}")
+            check_range(arg, value, 0, 1, open_low=True, open_high=True)
         for arg, value in (("window", window), ("core_char_limit", core_char_limit), ("ingest_steps", ingest_steps),
                            ("qa_steps", qa_steps), ("page_size", page_size), ("chunk_tokens", chunk_tokens),
                            ("step_tokens", step_tokens), ("keep_last", keep_last)):
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"method.{arg} must be a positive integer, got {value!r}")
+            check_int(arg, value)
         llm_window = llm.context_window
         if window > llm_window:
             log.warning("MemGPT window %d exceeds the LLM's context window %d; using %d",

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import math
 
+from scgmem.api.settings import check_choice
+
 CURVES = ("paper", "code")
 CODE_DAYS = 5.0  # the 5 in `exp(-t / 5*S)` (forget_memory.py @ 3869efc)
 
@@ -38,8 +40,7 @@ class ForgettingCurve:
     """
 
     def __init__(self, curve: str = "paper", total_days: int = 30, max_level: int = 2) -> None:
-        if curve not in CURVES:
-            raise ValueError(f"method.forgetting_curve must be one of {CURVES}, got {curve!r}")
+        check_choice("forgetting_curve", curve, CURVES)
         self.curve = curve
         self.total_days = total_days
         self.max_level = max_level

@@ -61,6 +61,7 @@ from scgmem.baselines.memorybank.prompts import (EVENT_PROMPT, OVERALL_EVENT_ENT
                                           SYSTEM_PROMPT)
 from scgmem.baselines.memorybank.units import merge_neighbours, pair_turns, settings_deviations
 from scgmem.api import Conversation, MemoryMethod, Recall, dia_order
+from scgmem.api.settings import check_choice, check_embedder, check_int
 
 log = logging.getLogger(__name__)
 
@@ -95,24 +96,14 @@ class MemoryBank(MemoryMethod):
                  total_days: int = 30, max_level: int = 2, merge_chars: int = 200, summary_max_new_tokens: int = 400,
                  summary_ids: str = "none") -> None:
         super().__init__(llm, embedder)
-        if embedder is None:
-            raise ValueError("MemoryBank needs an embedder (dense retrieval), got embedder=None")
-        if k < 1:
-            raise ValueError(f"method.k must be >= 1, got {k}")
-        if forgetting not in FORGETTING_MODES:
-            raise ValueError(f"method.forgetting must be one of {FORGETTING_MODES}, got {forgetting!r}")
-        if recall_strengthen_k < 1:
-            raise ValueError(f"method.recall_strengthen_k must be >= 1, got {recall_strengthen_k}")
-        if total_days < 1:
-            raise ValueError(f"method.total_days must be >= 1, got {total_days}")
-        if max_level < 0:
-            raise ValueError(f"method.max_level must be >= 0, got {max_level}")
-        if merge_chars < 0:
-            raise ValueError(f"method.merge_chars must be >= 0, got {merge_chars}")
-        if summary_max_new_tokens < 1:
-            raise ValueError(f"method.summary_max_new_tokens must be >= 1, got {summary_max_new_tokens}")
-        if summary_ids not in ("none", "session"):
-            raise ValueError(f"method.summary_ids must be 'none' or 'session', got {summary_ids!r}")
+        check_embedder("memorybank", embedder, "dense retrieval")
+        for arg, value in (("k", k), ("recall_strengthen_k", recall_strengthen_k), ("total_days", total_days),
+                           ("summary_max_new_tokens", summary_max_new_tokens)):
+            check_int(arg, value)
+        check_int("max_level", max_level, 0)
+        check_int("merge_chars", merge_chars, 0)
+        check_choice("forgetting", forgetting, FORGETTING_MODES)
+        check_choice("summary_ids", summary_ids, ("none", "session"))
         self.k = k
         self.forgetting = forgetting
         self.curve = ForgettingCurve(forgetting_curve, total_days, max_level)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from scgmem.api import Conversation, MemoryMethod, Recall, dia_order, render_turn, render_turns_by_date
+from scgmem.api.settings import check_embedder, check_int
 from scgmem.llm.embedder import cosine_top_k
 
 
@@ -26,10 +27,8 @@ class DenseRAG(MemoryMethod):
 
     def __init__(self, llm, embedder=None, k: int = 10) -> None:
         super().__init__(llm, embedder)
-        if embedder is None:
-            raise ValueError("method=rag needs an embedder (embedder=minilm)")
-        if not isinstance(k, int) or k <= 0:
-            raise ValueError(f"method.k must be a positive int, got {k!r}")
+        check_embedder("rag", embedder)
+        check_int("k", k)
         self.k = k
         self.turns = []
         self.vectors = np.zeros((0, 0), dtype=np.float32)
@@ -65,8 +64,7 @@ class LastTurns(MemoryMethod):
 
     def __init__(self, llm, embedder=None, k: int = 20) -> None:
         super().__init__(llm, embedder)
-        if not isinstance(k, int) or k <= 0:
-            raise ValueError(f"method.k must be a positive int, got {k!r}")
+        check_int("k", k)
         self.k = k
         self.turns = []
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from scgmem.api import Conversation, MemoryMethod, Recall
+from scgmem.api.settings import check_choice, check_embedder, check_int, setting_error
 from scgmem.llm.embedder import cosine_top_k
 
 UNITS = ("dialog", "observation", "summary")
@@ -51,14 +52,11 @@ class LoCoMoRAG(MemoryMethod):
 
     def __init__(self, llm, embedder=None, *, k: int = 5, unit: str = "dialog", data_path: str | None = None) -> None:
         super().__init__(llm, embedder)
-        if embedder is None:
-            raise ValueError("method=rag_locomo needs an embedder (embedder=minilm)")
-        if not isinstance(k, int) or k <= 0:
-            raise ValueError(f"method.k must be a positive int, got {k!r}")
-        if unit not in UNITS:
-            raise ValueError(f"method.unit must be one of {UNITS}, got {unit!r}")
+        check_embedder("rag_locomo", embedder)
+        check_int("k", k)
+        check_choice("unit", unit, UNITS)
         if unit != "dialog" and not data_path:
-            raise ValueError(f"method.unit={unit} needs method.data_path (the LoCoMo JSON with its annotations)")
+            raise setting_error("data_path", f"the LoCoMo JSON with its annotations for method.unit={unit}", data_path)
         self.k, self.unit, self.data_path = k, unit, data_path
         self.texts: list[str] = []
         self.dates: list[str] = []

@@ -53,6 +53,7 @@ from scgmem.baselines.readagent.prompts import (GIST_PROMPT, LOOKUP_EXAMPLES, LO
                                          SEQUENTIAL_PROMPT, parse_break_point, parse_lookup_brackets,
                                          parse_lookup_lenient, parse_sequential)
 from scgmem.api import Conversation, MemoryMethod, Recall, dia_order
+from scgmem.api.settings import check_choice, check_embedder, check_int, check_positive, check_range
 from scgmem.llm.embedder import cosine_top_k
 
 log = logging.getLogger(__name__)
@@ -95,30 +96,20 @@ class ReadAgent(MemoryMethod):
                  gist_max_ratio: float = 0.8, fallback_gist_words: int = 12,
                  gist_strip_repeats: bool = True, retrieved_ids: str = "expanded") -> None:
         super().__init__(llm, embedder)
-        if word_limit <= 0:
-            raise ValueError(f"method.word_limit must be positive, got {word_limit}")
-        if not 0 <= start_threshold <= word_limit:
-            raise ValueError(f"method.start_threshold must be in [0, word_limit={word_limit}], got {start_threshold}")
-        if not 0 <= last_page_words <= word_limit:
-            raise ValueError(f"method.last_page_words must be in [0, word_limit={word_limit}], got {last_page_words}")
-        if max_lookup_pages < 1:
-            raise ValueError(f"method.max_lookup_pages must be >= 1, got {max_lookup_pages}")
-        if lookup not in ("parallel", "sequential"):
-            raise ValueError(f"method.lookup must be 'parallel' or 'sequential', got {lookup!r}")
-        if lookup_fallback not in ("none", "embed"):
-            raise ValueError(f"method.lookup_fallback must be 'none' or 'embed', got {lookup_fallback!r}")
-        if lookup_fallback == "embed" and embedder is None:
-            raise ValueError("method.lookup_fallback='embed' needs an embedder, got embedder=None")
-        if retrieved_ids not in ("context", "expanded"):
-            raise ValueError(f"method.retrieved_ids must be 'context' or 'expanded', got {retrieved_ids!r}")
-        if not 0 < gist_max_ratio:
-            raise ValueError(f"method.gist_max_ratio must be positive, got {gist_max_ratio}")
-        for arg, value in (("gist_max_new_tokens", gist_max_new_tokens),
+        check_int("word_limit", word_limit)
+        check_range("start_threshold", start_threshold, 0, word_limit, high_name="word_limit")
+        check_range("last_page_words", last_page_words, 0, word_limit, high_name="word_limit")
+        check_choice("lookup", lookup, ("parallel", "sequential"))
+        check_choice("lookup_fallback", lookup_fallback, ("none", "embed"))
+        if lookup_fallback == "embed":
+            check_embedder("readagent with method.lookup_fallback=embed", embedder)
+        check_choice("retrieved_ids", retrieved_ids, ("context", "expanded"))
+        check_positive("gist_max_ratio", gist_max_ratio)
+        for arg, value in (("max_lookup_pages", max_lookup_pages), ("gist_max_new_tokens", gist_max_new_tokens),
                            ("pagination_max_new_tokens", pagination_max_new_tokens),
                            ("lookup_max_new_tokens", lookup_max_new_tokens),
                            ("fallback_gist_words", fallback_gist_words)):
-            if value < 1:
-                raise ValueError(f"method.{arg} must be >= 1, got {value}")
+            check_int(arg, value)
         self.word_limit = word_limit
         self.start_threshold = start_threshold
         self.last_page_words = last_page_words

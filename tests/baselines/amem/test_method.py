@@ -252,7 +252,7 @@ def test_memory_settings_and_arguments():
     settings = amem.memory_settings()
     assert settings["neighbours"] == 5 and settings["evo_threshold"] == 100 and "k" not in settings
     assert AMem(ScriptedLLM(router()), BagEmbedder(), k=50).memory_settings() == settings  # k is recall-only
-    with pytest.raises(ValueError, match="method.k must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="method.k must be a positive int, got 0"):
         AMem(ScriptedLLM(router()), BagEmbedder(), k=0)
     with pytest.raises(ValueError, match="embedder"):
         AMem(ScriptedLLM(router()), None)
