@@ -68,3 +68,12 @@ def test_the_only_installed_top_level_package_is_scgmem():
     assert {"scgmem.baselines", "scgmem.baselines.memorybank", "scgmem.baselines.rag"} <= set(packages)
     on_disk = {".".join(init.parent.relative_to(ROOT).parts) for init in (ROOT / "scgmem").rglob("__init__.py")}
     assert on_disk <= set(packages), sorted(on_disk - set(packages))
+
+
+def test_nothing_edits_sys_path():
+    """Tools run as modules from the repository root (`python -m scripts.<name>`), so no file
+    needs to put a folder on sys.path by hand."""
+    edits = ("sys.path." + "insert", "sys.path." + "append")  # split, or this file would match itself
+    hits = [f"{p.relative_to(ROOT)}" for d in ("scgmem", "scripts", "experiments", "tests") for p in (ROOT / d).rglob("*.py")
+            if any(edit in p.read_text(encoding="utf-8") for edit in edits)]
+    assert not hits, hits
