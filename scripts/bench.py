@@ -1,6 +1,6 @@
 """Speed benchmark: prints ratios (these machines are noisy) and writes results/bench/<timestamp>.json.
 
-    make bench                    # .venv/bin/python scripts/bench.py
+    make bench                    # .venv/bin/python -m scripts.bench
     BENCH_FULL=1 make bench       # plus the wall time of a full LoCoMo SCG-Mem run
     BENCH_QUICK=1 make bench      # smaller slices (a smoke run of the benchmark itself)
     BENCH_PARTS=prefix_cache make bench   # only some parts (comma-separated; default all but full)
@@ -37,7 +37,6 @@ import torch
 from transformers import LogitsProcessor
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 FULL = os.environ.get("BENCH_FULL") == "1"
 PARTS = ("constrained_step", "prefix_cache", "ingest_tokens", "sweep", "compute_bound", "batching")
@@ -291,12 +290,12 @@ def main() -> None:
         if FULL:
             result["full_run"] = bench_full(Path(tmp))
     if "compute_bound" in WANTED:
-        from bench_compute_bound import bench_compute_bound
+        from scripts.bench_compute_bound import bench_compute_bound
 
         run_dir = os.environ.get("COMPUTE_BOUND_RUN")
         result["compute_bound"] = bench_compute_bound(Path(run_dir) if run_dir else None, quick=QUICK)
     if "batching" in WANTED:
-        from bench_batching import bench_batching
+        from scripts.bench_batching import bench_batching
 
         result["batching"] = bench_batching(quick=QUICK)
     out = ROOT / "results" / "bench" / f"{stamp}.json"
@@ -332,11 +331,11 @@ def main() -> None:
             ("peak RSS MB", sweep["peak_rss_mb"], "<= 4096"),
         ]
     if "compute_bound" in result:
-        from bench_compute_bound import report_rows
+        from scripts.bench_compute_bound import report_rows
 
         rows += report_rows(result["compute_bound"])
     if "batching" in result:
-        from bench_batching import report_rows as batching_rows
+        from scripts.bench_batching import report_rows as batching_rows
 
         rows += batching_rows(result["batching"])
     if FULL:

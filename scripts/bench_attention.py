@@ -1,6 +1,6 @@
 """Decode-step time of the embedded model per attention implementation, on this CPU (issue 29, lever 2).
 
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_attention.py [--rows 1,8] [--prompts 512,2048]
+    OMP_NUM_THREADS=1 .venv/bin/python -m scripts.bench_attention [--rows 1,8] [--prompts 512,2048]
         [--steps 8] [--repeats 3] [--out results/bench/attention-<stamp>.json]
 
 SmolLM2-135M keeps 3 KV heads for 9 query heads. For each prompt length the prompt is prefilled
@@ -31,10 +31,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 IMPLEMENTATIONS = ("repeat_kv_sdpa", "sdpa", "gqa_sdpa")
 

@@ -2,7 +2,7 @@
 conversations one after another (run.parallel_conversations=1) and side by side (10).
 
     BENCH_PARTS=batching make bench
-    .venv/bin/python scripts/bench_batching.py [--quick] [--methods amem,memgpt]   # alone
+    .venv/bin/python -m scripts.bench_batching [--quick] [--methods amem,memgpt]   # alone
 
 Counts are machine-independent: every method runs the whole pipeline (ingest, recall,
 answers) over all ten LoCoMo conversations on a scripted LLM whose replies depend on the
@@ -19,20 +19,17 @@ grouped by shared prefix, and `prefilled_tokens_ungrouped` with plain length-sor
 `amem_timing` (embedded SmolLM2-135M, real decoding) is separate and slow: A-MEM's ingest of
 sessions 1-2 of four conversations, four side by side vs one after another:
 
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_batching.py --amem-timing
+    OMP_NUM_THREADS=1 .venv/bin/python -m scripts.bench_batching --amem-timing
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 METHODS = ("full_context", "last_turns", "rag", "memorybank", "amem", "memgpt", "readagent", "scgmem")
 TABLE1_METHODS = ("full_context", "readagent", "memorybank", "memgpt", "amem", "scgmem")
@@ -100,7 +97,7 @@ def device_rates(throughput: dict, rows: int = 16) -> dict:
     the measured row counts, and the best raw prefill rate. The others are scaled from the measured
     ones: decode by layer count (at these sizes a bf16 HF decode step on an H200 is bound by kernel
     launches, about one fixed cost per layer), prefill by body parameters (compute-bound)."""
-    from device_check import SHAPES
+    from scripts.device_check import SHAPES
 
     measured = {}
     for entry in throughput["shapes"]:

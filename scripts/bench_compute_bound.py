@@ -1,10 +1,10 @@
 """Bench part `compute_bound`: this CPU's GEMM throughput at the embedded model's own shapes, and how
 close a run's wall time came to the time its LLM arithmetic needs (scgmem/report/flops.py counts it).
 
-    .venv/bin/python scripts/bench_compute_bound.py --run results/runs/cb_small   # or COMPUTE_BOUND_RUN=DIR
+    .venv/bin/python -m scripts.bench_compute_bound --run results/runs/cb_small   # or COMPUTE_BOUND_RUN=DIR
     BENCH_PARTS=compute_bound make bench                                          # same, as a bench part
-    .venv/bin/python scripts/bench_compute_bound.py --quick                       # tiny shapes (smoke test)
-    .venv/bin/python scripts/bench_compute_bound.py --shards A B --wall W         # shards run side by side
+    .venv/bin/python -m scripts.bench_compute_bound --quick                       # tiny shapes (smoke test)
+    .venv/bin/python -m scripts.bench_compute_bound --shards A B --wall W         # shards run side by side
 
 Kernels (scripts/gemm_timing.py), each timed as a sustained rate over short windows, best of three:
   stack    the decoder layers' 7 weight products at M rows (M = prompt tokens of a batch in prefill,
@@ -32,19 +32,16 @@ import argparse
 import json
 import os
 import re
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))  # gemm_timing, importable by name in spawned workers
+from scgmem.report.flops import ModelShape, parse_cpuinfo, run_flops
+from scgmem.report.merge_fields import add_numbers
+from scripts.gemm_timing import interpolate, measure, measure_two_processes
 
-from gemm_timing import interpolate, measure, measure_two_processes  # noqa: E402
-from scgmem.report.flops import ModelShape, parse_cpuinfo, run_flops  # noqa: E402
-from scgmem.report.merge_fields import add_numbers  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 # The summary's timing field each phase's LLM work runs inside.
 PHASE_CLOCK = {"ingest": "ingest_s", "recall": "answer_s", "answer": "answer_s"}

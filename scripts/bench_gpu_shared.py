@@ -1,8 +1,8 @@
 """Aggregate decode throughput of 1 vs N jobs at once on one GPU (issue 29, lever 3).
 
-    python scripts/bench_gpu_shared.py --out OUT_DIR [--shape llama3.2-1b] [--jobs 1,4] [--rows 8]
+    python -m scripts.bench_gpu_shared --out OUT_DIR [--shape llama3.2-1b] [--jobs 1,4] [--rows 8]
         [--prompt 512] [--new 128] [--rounds 4]
-    python scripts/bench_gpu_shared.py --out OUT_DIR --dry-run   # CPU: tiny shape, 1 and 2 jobs, a few tokens
+    python -m scripts.bench_gpu_shared --out OUT_DIR --dry-run   # CPU: tiny shape, 1 and 2 jobs, a few tokens
 
 One run keeps an H200 busy about a quarter of the time (a decode step waits on the host), so
 Table 1's 24 runs should go faster several at a time (`+launcher=gpu_shared`). Here each job
@@ -29,8 +29,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 
 def prompts_for(llm, corpus: list[str], rows: int, length: int) -> list[str]:
@@ -49,7 +47,7 @@ def prompts_for(llm, corpus: list[str], rows: int, length: int) -> list[str]:
 
 def worker(args) -> None:
     """One job: load, wait at the barrier, generate, print one JSON line."""
-    from device_check import locomo_text
+    from scripts.device_check import locomo_text
 
     from scgmem.harness.gpu_sharing import claim_gpu, place_job, visible_gpus
     from scgmem.llm import LLM
@@ -84,9 +82,9 @@ def measure(args, jobs: int, model_dir: Path, scratch: Path) -> dict:
     barrier = scratch / f"barrier{jobs}"
     barrier.mkdir(parents=True, exist_ok=True)
     common = [f"--{k}={getattr(args, k)}" for k in ("shape", "rows", "prompt", "new", "rounds")]
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", str(n), f"--jobs={jobs}", f"--model-dir={model_dir}",
+    procs = [subprocess.Popen([sys.executable, "-m", "scripts.bench_gpu_shared", "--worker", str(n), f"--jobs={jobs}", f"--model-dir={model_dir}",
                                f"--barrier={barrier}", *common, *(["--dry-run"] if args.dry_run else [])],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in range(jobs)]
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in range(jobs)]
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=args.timeout)
@@ -123,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         args.shape, args.jobs, args.rows, args.prompt, args.new, args.rounds = "tiny", "1,2", 2, 32, 4, 1
     import torch
-    from device_check import SHAPES, build_model_dir, locomo_text
+    from scripts.device_check import SHAPES, build_model_dir, locomo_text
 
     if args.shape not in SHAPES:
         parser.error(f"--shape {args.shape!r} is not one of {sorted(SHAPES)}")

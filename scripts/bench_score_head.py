@@ -2,7 +2,7 @@
 (an extra logits processor, as SCG-Mem's schema constraint is) on a bf16 model with
 `score_dtype=float32` and with `score_dtype=model`, timed alternately; prints the ratio.
 
-    OMP_NUM_THREADS=1 python scripts/bench_score_head.py [--tokens 32] [--rows 4] [--reps 3]
+    OMP_NUM_THREADS=1 python -m scripts.bench_score_head [--tokens 32] [--rows 4] [--reps 3]
 
 Default model: the embedded SmolLM2-135M (its 49,152 x 576 head is a large share of a
 small model's step, so the CPU ratio is an upper bound for 1-3B models).

@@ -1,6 +1,6 @@
 """The paper models' code path on a device, with random weights of their exact shapes.
 
-    python scripts/device_check.py --out OUT_DIR [--device cuda] [--shapes ...] [--methods ...]
+    python -m scripts.device_check --out OUT_DIR [--device cuda] [--shapes ...] [--methods ...]
 
 No weights can reach the check machine, so each shape (from the models' published
 config.json) is built with random weights in bf16, saved as a Hugging Face folder with a
@@ -24,12 +24,11 @@ import time
 import traceback
 from pathlib import Path
 
+import torch
+
+from scripts import device_probes
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import torch  # noqa: E402
-
-import device_probes  # noqa: E402  (scripts/device_probes.py)
 
 # Published config.json values (hub: Qwen/Qwen2.5-*-Instruct, meta-llama/Llama-3.2-*-Instruct).
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,

@@ -33,14 +33,14 @@ fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
 export TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 status=0
-timeout 330 "$PYTHON" scripts/device_check.py --out "$OUT" --device "$DEVICE" --shapes "$SHAPES" \
+timeout 330 "$PYTHON" -m scripts.device_check --out "$OUT" --device "$DEVICE" --shapes "$SHAPES" \
   --methods "$METHODS" --probes "$PROBES" --long-tokens "$LONG_TOKENS" --budget-s "$BUDGET_S" --cap "$CAP" ${QUESTIONS:+--questions "$QUESTIONS"} --work "$(mktemp -d)" \
   || status=$?
 # Then the backend's own speed at controlled shapes (scripts/device_throughput.py): decode step and
 # prefill rate at 1, 8, 32 rows, with the harness's attention kernels and with torch's choice.
 # Writes OUT_DIR/throughput.json and OUT_DIR/<shape>.profile.txt; THROUGHPUT= skips it.
 if [ -n "$THROUGHPUT" ]; then
-  timeout 60 "$PYTHON" scripts/device_throughput.py --out "$OUT" --device "$DEVICE" --shapes "$THROUGHPUT" \
+  timeout 60 "$PYTHON" -m scripts.device_throughput --out "$OUT" --device "$DEVICE" --shapes "$THROUGHPUT" \
     ${THROUGHPUT_ARGS:-} --work "$(mktemp -d)" || status=$((status ? status : $?))
 fi
 exit $status

@@ -1,6 +1,6 @@
 """Per-shape decode/prefill timings of the harness's backend on a device (random weights).
 
-    python scripts/device_throughput.py --out OUT_DIR [--shapes llama3.2-1b,qwen2.5-3b]
+    python -m scripts.device_throughput --out OUT_DIR [--shapes llama3.2-1b,qwen2.5-3b]
 
 device_check.py runs every method on tiny workloads (1 session, 2 questions), so its tokens/s
 mix warm-up and per-call overhead. This measures the backend itself at controlled shapes:
@@ -16,7 +16,7 @@ attention implementation (--lever-attention) x decode mode (--lever-modes: eager
 compiled) x rows (--batches) x prompt tokens (--lever-prompts), as ms per decode step, under
 "levers" (and "lever_ratios" over sdpa/eager). throughput.json is rewritten after every number.
 
-    python scripts/device_throughput.py --out OUT --levers --batches 1,8,32 --lever-prompts 512,2048,8192
+    python -m scripts.device_throughput --out OUT --levers --batches 1,8,32 --lever-prompts 512,2048,8192
 """
 from __future__ import annotations
 
@@ -26,13 +26,11 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
+from scripts.device_check import SHAPES, build_model_dir, locomo_text
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import torch  # noqa: E402
-
-from device_check import SHAPES, build_model_dir, locomo_text  # noqa: E402
 
 
 def timed(fn, sync) -> float:
@@ -75,7 +73,7 @@ def measure_shape(name: str, args, corpus: list[str], result: dict | None = None
             emit()
     llm.sdpa_backends = harness_kernels
     if args.levers:
-        from decode_levers import measure_levers, ratios
+        from scripts.decode_levers import measure_levers, ratios
 
         levers = result.setdefault("levers", {})
 

@@ -1,6 +1,6 @@
 """Put locomo10.json in place, sha256-checked.
 
-    python scripts/download_data.py --out data/locomo10.json     (what `make data` runs)
+    python -m scripts.download_data --out data/locomo10.json     (what `make data` runs)
 
 Copies ../shared/locomo/locomo10.json when it exists (our machines), otherwise downloads
 the file from the benchmark's public repository. The file is CC BY-NC 4.0: never commit it.

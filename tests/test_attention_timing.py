@@ -1,16 +1,9 @@
 """bench_compute_bound's attention term times the attention function the run's model calls."""
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from bench_compute_bound import TINY, attention_dims, run_attention  # noqa: E402
-from gemm_timing import attention_function, build_kernel  # noqa: E402
-
-import scgmem.llm.gqa_attention as gqa  # noqa: E402
+import scgmem.llm.gqa_attention as gqa
+from scripts.bench_compute_bound import TINY, attention_dims, run_attention
+from scripts.gemm_timing import attention_function, build_kernel
 
 
 def test_the_run_s_implementation_is_read_from_its_summary():

@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_dry_run_measures_one_and_two_jobs(tmp_path, locomo_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_gpu_shared.py"), "--out", str(tmp_path),
+    proc = subprocess.run([sys.executable, "-m", "scripts.bench_gpu_shared", "--out", str(tmp_path),
                            "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
                                "PYTHONPATH": str(ROOT)})

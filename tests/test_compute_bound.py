@@ -3,23 +3,18 @@ from __future__ import annotations
 
 import importlib
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from scgmem.report.flops import ModelShape, PhaseTokens, parse_cpuinfo, phase_flops, run_flops
 
-ROOT = Path(__file__).resolve().parents[1]
 # hidden 4, 2 query heads of width 2, 1 KV head: per layer q 16 + k 8 + v 8 + o 16 + MLP 3 * 32 = 144
 SMALL = ModelShape(hidden=4, intermediate=8, layers=2, heads=2, kv_heads=1, head_dim=2, vocab=10)
 
 
 def load_bench():
     # imported by name (not from a file spec): the 2-process measurement spawns workers that import it
-    if str(ROOT / "scripts") not in sys.path:
-        sys.path.insert(0, str(ROOT / "scripts"))
-    return importlib.import_module("bench_compute_bound")
+    return importlib.import_module("scripts.bench_compute_bound")
 
 
 def test_parameter_counts_of_a_small_config():
@@ -165,7 +160,6 @@ def test_bench_part_names_a_missing_summary(tmp_path):
 
 
 def test_profile_summary_counts_self_and_total_frames():
-    load_bench()  # puts scripts/ on sys.path
     from experiments.pyspy_summary import frame_key, summarize
 
     raw = ["process 1:\"python\";main (run.py:10);generate (backend.py:200);forward (linear.py:5) 6",

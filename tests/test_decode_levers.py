@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_levers(tmp_path, modes: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, "scripts/device_throughput.py", "--out", str(tmp_path), "--device", "cpu",
+    subprocess.run([sys.executable, "-m", "scripts.device_throughput", "--out", str(tmp_path), "--device", "cpu",
                     "--shapes", "tiny", "--batches", "1,2", "--prompt", "24", "--new", "3", "--levers",
                     "--lever-prompts", "24,40", "--lever-modes", modes, "--work", str(tmp_path / "work")],
                    cwd=ROOT, env=env, check=True, timeout=600)
@@ -43,8 +43,7 @@ def test_lever_grid_compiled_dry_run(tmp_path):
 
 
 def test_bad_lever_names_fail_in_one_line():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from decode_levers import measure_levers
+    from scripts.decode_levers import measure_levers
 
     with pytest.raises(ValueError, match="--lever-modes"):
         measure_levers(None, "", [1], [8], ["sdpa"], ["fast"], 3, None, {}, None)

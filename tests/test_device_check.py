@@ -49,7 +49,7 @@ def test_device_check_timeouts_fit_seven_minutes():
 def test_skipped_method_fails_the_check(tmp_path, locomo_path):
     """A method the time budget skips counts as a failure (exit 1), and is recorded as skipped."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "scripts/device_check.py", "--out", str(tmp_path / "out"), "--device", "cpu",
+    proc = subprocess.run([sys.executable, "-m", "scripts.device_check", "--out", str(tmp_path / "out"), "--device", "cpu",
                            "--shapes", "tiny", "--methods", "full_context", "--budget-s", "0", "--probes", "",
                            "--work", str(tmp_path / "work")], cwd=ROOT, env=env, timeout=300)
     assert proc.returncode == 1
@@ -58,7 +58,7 @@ def test_skipped_method_fails_the_check(tmp_path, locomo_path):
 
 def test_device_throughput_dry_run_feeds_the_h200_estimate(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, "scripts/device_throughput.py", "--out", str(tmp_path), "--device", "cpu",
+    subprocess.run([sys.executable, "-m", "scripts.device_throughput", "--out", str(tmp_path), "--device", "cpu",
                     "--shapes", "tiny", "--batches", "1,2", "--prompt", "24", "--new", "3",
                     "--work", str(tmp_path / "work")], cwd=ROOT, env=env, check=True, timeout=300)
     throughput = json.loads((tmp_path / "throughput.json").read_text())
@@ -66,8 +66,7 @@ def test_device_throughput_dry_run_feeds_the_h200_estimate(tmp_path):
     assert set(shape["batches"]) == {"default", "torch_choice"}
     assert all(v["raw_decode_step_ms"] > 0 and v["generate_s"] > 0 for v in shape["batches"]["default"].values())
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from bench_batching import TABLE1_METHODS, device_rates, estimate_from_device
+    from scripts.bench_batching import TABLE1_METHODS, device_rates, estimate_from_device
 
     calls = {"decode_steps_bound": 1000, "decode_steps_bound_max_batch_tokens_131072": 500,
              "prompt_tokens_est": 10**6}

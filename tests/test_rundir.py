@@ -2,7 +2,7 @@
 import pytest
 from omegaconf import OmegaConf
 
-from scgmem.harness.rundir import RunDirMismatch, check_run_dir
+from scgmem.harness.rundir import MOVED, RunDirMismatch, check_run_dir
 
 
 def config(cache_dir="/home/u/.cache/scgmem", k=35):
@@ -55,3 +55,50 @@ def test_a_run_json_from_before_added_settings_and_moved_classes_resumes(tmp_pat
     (tmp_path / "run.json").write_text(json.dumps({"config": bf16}))
     with pytest.raises(RunDirMismatch, match="model.score_dtype: 'model' -> 'float32'"):
         check_run_dir(tmp_path, OmegaConf.create({**today, "model": {**today["model"], "dtype": "bfloat16"}}))
+
+
+def test_every_moved_target_names_a_class_of_today():
+    from hydra.utils import get_class
+
+    assert all(isinstance(get_class(new), type) for new in MOVED.values())
+
+
+@pytest.mark.parametrize("method", ["memorybank", "rag", "rag_locomo", "readagent", "amem", "memgpt",
+                                    "full_context", "last_turns"])
+def test_a_run_json_naming_the_top_level_baselines_package_resumes(method, tmp_path):
+    """Runs made before the baselines moved into scgmem.baselines (issue 27) name
+    `baselines.<module>.<Class>` in run.json: today's config of the same method resumes them."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from scgmem.harness.scripted import CONFIG_DIR
+
+    target = OmegaConf.load(CONFIG_DIR / "method" / f"{method}.yaml")["_target_"]
+    old = {new: before for before, new in MOVED.items()}[target]
+    assert old.startswith("baselines.")
+    (tmp_path / "run.json").write_text(json.dumps({"config": {"method._target_": old, "seed": 0}}))
+    check_run_dir(tmp_path, OmegaConf.create({"method": {"_target_": target}, "seed": 0}))
+
+
+def test_the_committed_runs_started_before_the_move_resume(tmp_path):
+    """The conv-26 run directories in results/ (started with `baselines.*` targets, some unfinished)
+    resume under today's configs composed from their own overrides."""
+    import shutil
+    from pathlib import Path
+
+    import yaml
+    from hydra import compose, initialize_config_dir
+
+    from scgmem.harness.scripted import CONFIG_DIR
+
+    runs = sorted(p.parent for p in (CONFIG_DIR.parent / "results/embedded/conv26_full/runs").glob("*/*/run.json"))
+    assert any("baselines." in (r / "run.json").read_text() for r in runs)
+    for run in runs:
+        overrides = yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text())
+        with initialize_config_dir(str(CONFIG_DIR), version_base=None):
+            cfg = compose("config", overrides=overrides)
+        copy = tmp_path / run.name
+        copy.mkdir()
+        shutil.copy(run / "run.json", copy)
+        check_run_dir(Path(copy), cfg)

@@ -4,6 +4,7 @@
 - `method`  `MemoryMethod` (ingest, recall_batch), `Recall`, and the helpers that render turns as memory text
 - `data_source`  `DataSource` (what a dataset gives the runner) and `DataError`
 - `paths`   safe file names from data, and `path_under`
+- `settings`  the checks of a method's settings (`check_int`, `check_choice`, ...), one message form
 
 Methods import from here only; the LoCoMo loader (scgmem.data) builds the types, the harness
 (scgmem.harness) drives the methods.

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from scgmem.api import Turn, render_turn
+from scgmem.api.settings import check_choice, check_int, check_range, check_slot
 from scgmem.core.concepts import grounding_words, normalise, parse_list, rejection, surface
 from scgmem.core.decoding import generate_keys
 from scgmem.core.schema import CognitiveSchema
@@ -112,21 +113,14 @@ class Evolution:
                  max_free_keys: int = 8, max_concept_words: int = 4, free_max_new_tokens: int = 24,
                  prompt: str = CONCEPT_PROMPT, answer_prefix: str = ANSWER_PREFIX,
                  counters: Counter | None = None) -> None:
-        if "{turn}" not in prompt:
-            raise ValueError(f"method.ingest_prompt must contain '{{turn}}', got {prompt!r}")
-        for name, value in (("max_keys", max_keys), ("max_free_keys", max_free_keys),
-                            ("max_concept_words", max_concept_words), ("free_max_new_tokens", free_max_new_tokens)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"method.{name} must be a positive int, got {value!r}")
-        if threshold_mode not in ("quantile", "absolute"):
-            raise ValueError(f"method.threshold_mode must be 'quantile' or 'absolute', got {threshold_mode!r}")
-        for name, value in (("keep_quantile", keep_quantile), ("trigger_quantile", trigger_quantile)):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"method.{name} must be in [0, 1], got {value!r}")
-        if not isinstance(threshold_warmup, int) or threshold_warmup < 1:
-            raise ValueError(f"method.threshold_warmup must be an int >= 1, got {threshold_warmup!r}")
-        if not isinstance(min_assimilated, int) or min_assimilated < 0:
-            raise ValueError(f"method.min_assimilated must be an int >= 0, got {min_assimilated!r}")
+        check_slot("ingest_prompt", prompt, "{turn}")
+        for name, value in (("max_keys", max_keys), ("max_free_keys", max_free_keys), ("max_concept_words", max_concept_words),
+                            ("free_max_new_tokens", free_max_new_tokens), ("threshold_warmup", threshold_warmup)):
+            check_int(name, value)
+        check_int("min_assimilated", min_assimilated, 0)
+        check_choice("threshold_mode", threshold_mode, ("quantile", "absolute"))
+        check_range("keep_quantile", keep_quantile, 0, 1)
+        check_range("trigger_quantile", trigger_quantile, 0, 1)
         self.llm = llm
         self.schema = schema
         self.evolution = evolution

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from scgmem.api import Conversation, MemoryMethod, Recall, Turn, render_turn
+from scgmem.api.settings import check_bool, check_int, check_positive, check_slot, setting_error
 from scgmem.core.evolution import ANSWER_PREFIX, CONCEPT_PROMPT, Evolution
 from scgmem.core.graph import AssociativeGraph
 from scgmem.core.recall import (FREE_RECALL_PREFIX, FREE_RECALL_PROMPT, RECALL_PREFIX, RECALL_PROMPT,
@@ -97,25 +98,20 @@ class SCGMem(MemoryMethod):
                              "model=smollm2-135m or a hub model config)")
         for name, value, low in (("k", k, 1), ("hops", hops, 0), ("num_beams", num_beams, 1),
                                  ("ingest_batch_size", ingest_batch_size, 1), ("max_keywords", max_keywords, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"method.{name} must be an int >= {low}, got {value!r}")
-        if not temperature > 0:
-            raise ValueError(f"method.temperature must be > 0, got {temperature!r}")
-        if context_tokens is not None and (not isinstance(context_tokens, int) or context_tokens < 0):
-            raise ValueError(f"method.context_tokens must be None or an int >= 0, got {context_tokens!r}")
-        for name, value in (("constraint", constraint), ("evolution", evolution)):
-            if not isinstance(value, bool):
-                raise ValueError(f"method.{name} must be true or false, got {value!r}")
+            check_int(name, value, low)
+        check_positive("temperature", temperature)
+        check_int("context_tokens", context_tokens, 0, allow_none=True)
+        check_bool("constraint", constraint)
+        check_bool("evolution", evolution)
         if not constraint and embedder is None:
             raise ValueError("method.constraint=false (ablation w/o Cognitive Constraint) needs an embedder "
                              "(embedder=minilm): free keywords are mapped to concepts by cosine similarity")
-        if "{question}" not in recall_prompt or "{question}" not in free_recall_prompt:
-            raise ValueError(f"method.recall_prompt and free_recall_prompt must contain '{{question}}', got "
-                             f"{recall_prompt!r} / {free_recall_prompt!r}")
+        check_slot("recall_prompt", recall_prompt, "{question}")
+        check_slot("free_recall_prompt", free_recall_prompt, "{question}")
         if turns_per_concept == "all":
             turns_per_concept = None
         elif not isinstance(turns_per_concept, int) or isinstance(turns_per_concept, bool) or turns_per_concept < 1:
-            raise ValueError(f"method.turns_per_concept must be an int >= 1 or 'all', got {turns_per_concept!r}")
+            raise setting_error("turns_per_concept", "a positive int or 'all'", turns_per_concept)
         self.turns_per_concept = turns_per_concept
         self.k, self.hops, self.num_beams, self.temperature = k, hops, num_beams, float(temperature)
         self.constraint, self.evolution = constraint, evolution

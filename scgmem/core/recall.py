@@ -160,7 +160,8 @@ def rank_turns(ranked: Sequence[str], index: Mapping[str, Sequence[str]],
     """dia_ids of the active concepts' turns, deduplicated, in concept rank order.
 
     Section 3.6 maps the activated concepts back to "the text segments associated with"
-    them. Each concept contributes at most `turns_per_concept` turns (None = all of them),
+    them. Each concept contributes at most `turns_per_concept` turns (None = all of them; >= 1,
+    checked where it enters, SCGMem.__init__),
     so the context is about k segments long and grows with k; a frequent concept cannot
     fill the window on its own. A concept's turns are ranked by how many active concepts
     are grounded in them (they sit where the activated ideas meet), then newest first:
@@ -168,8 +169,6 @@ def rank_turns(ranked: Sequence[str], index: Mapping[str, Sequence[str]],
     changed job), and the oldest turns stay reachable through their rarer concepts.
     With None the order is today's full list (ties chronological).
     """
-    if turns_per_concept is not None and turns_per_concept < 1:
-        raise ValueError(f"method.turns_per_concept must be >= 1 or 'all', got {turns_per_concept}")
     active = set(ranked)
     out: list[str] = []
     seen: set[str] = set()

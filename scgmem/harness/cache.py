@@ -42,10 +42,32 @@ def _score_dtype(llm) -> list[str]:
     return [score] if isinstance(score, str) and not str(llm.dtype).endswith(score) else []
 
 
+# The key names the method's class by the path it had when its memories were first cached. The
+# baselines moved from a top-level package `baselines` into scgmem.baselines (issue 27) without a
+# change to what they build, so they keep their old paths here and existing memories stay valid
+# (tests/harness/test_memory_keys.py pins each key). A class that moves later adds its line.
+KEYED_AS = {
+    "scgmem.baselines.amem.method.AMem": "baselines.amem.AMem",
+    "scgmem.baselines.full_context.FullContext": "baselines.full_context.FullContext",
+    "scgmem.baselines.memgpt.method.MemGPT": "baselines.memgpt.MemGPT",
+    "scgmem.baselines.memorybank.method.MemoryBank": "baselines.memorybank.MemoryBank",
+    "scgmem.baselines.rag.dense.DenseRAG": "baselines.rag.DenseRAG",
+    "scgmem.baselines.rag.dense.LastTurns": "baselines.rag.LastTurns",
+    "scgmem.baselines.rag.locomo.LoCoMoRAG": "baselines.rag_locomo.LoCoMoRAG",
+    "scgmem.baselines.readagent.method.ReadAgent": "baselines.readagent.ReadAgent",
+}
+
+
+def keyed_class(method) -> str:
+    """The class path `memory_key` hashes: today's, or the one its cached memories were keyed on."""
+    path = f"{type(method).__module__}.{type(method).__qualname__}"
+    return KEYED_AS.get(path, path)
+
+
 def memory_key(method, llm, seed: int, conv: Conversation) -> str:
     spec = {
         "format": CACHE_FORMAT,
-        "method": f"{type(method).__module__}.{type(method).__qualname__}",
+        "method": keyed_class(method),
         "settings": method.memory_settings(),
         "model": [getattr(llm, "name", None), getattr(llm, "source", None), llm.dtype,
                   *_score_dtype(llm)],

@@ -53,7 +53,16 @@ ADDED = {
     else "model",
 }
 # Classes that moved to another module: a run.json naming the old path names the same class.
-MOVED = {"scgmem.embedder.Embedder": "scgmem.llm.embedder.Embedder"}
+MOVED = {"scgmem.embedder.Embedder": "scgmem.llm.embedder.Embedder",
+         # the top-level package `baselines` became scgmem.baselines, its families subpackages (issue 27)
+         "baselines.amem.AMem": "scgmem.baselines.amem.AMem",
+         "baselines.full_context.FullContext": "scgmem.baselines.full_context.FullContext",
+         "baselines.memgpt.MemGPT": "scgmem.baselines.memgpt.MemGPT",
+         "baselines.memorybank.MemoryBank": "scgmem.baselines.memorybank.MemoryBank",
+         "baselines.rag.DenseRAG": "scgmem.baselines.rag.DenseRAG",
+         "baselines.rag.LastTurns": "scgmem.baselines.rag.LastTurns",
+         "baselines.rag_locomo.LoCoMoRAG": "scgmem.baselines.rag.LoCoMoRAG",
+         "baselines.readagent.ReadAgent": "scgmem.baselines.readagent.ReadAgent"}
 
 
 def upgraded(previous: dict, current: dict) -> dict:

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from baselines.full_context import FullContext
+from scgmem.baselines.full_context import FullContext
 from scgmem.llm.fake import ScriptedLLM
 from tests.baselines import conversation
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from baselines.json_repair import clean_json, clean_json_with_strategy, first_balanced_object, strip_code_fences
+from scgmem.baselines.json_repair import clean_json, clean_json_with_strategy, first_balanced_object, strip_code_fences
 
 
 @pytest.mark.parametrize("text", [

@@ -128,7 +128,9 @@ def test_bad_values_name_the_argument(hybrid):
     llm = hybrid(words_script)
     for kwargs, name in (({"k": 0}, "method.k"), ({"hops": -1}, "method.hops"), ({"num_beams": 0}, "method.num_beams"),
                          ({"temperature": 0}, "method.temperature"), ({"constraint": "no"}, "method.constraint"),
-                         ({"max_keys": 0}, "method.max_keys"), ({"ingest_prompt": "no slot"}, "ingest_prompt")):
+                         ({"max_keys": 0}, "method.max_keys"), ({"ingest_prompt": "no slot"}, "ingest_prompt"),
+                         ({"turns_per_concept": 0}, "method.turns_per_concept"),
+                         ({"recall_prompt": "no slot"}, "method.recall_prompt")):
         with pytest.raises(ValueError, match=name):
             SCGMem(llm, **kwargs)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from baselines.memgpt_prompts import PREFIX as MEMGPT_PREFIX
+from scgmem.baselines.memgpt.prompts import PREFIX as MEMGPT_PREFIX
 from scgmem.core.evolution import ANSWER_PREFIX
 from scgmem.core.recall import FREE_RECALL_PREFIX, RECALL_PREFIX
 from scgmem.llm.chat_template import ChatPolicy, render_messages
