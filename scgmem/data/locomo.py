@@ -284,6 +284,10 @@ class LoCoMoSource:  # implements scgmem.api.data_source.DataSource
                 "ingested_turns": turns, "ingested_turns_total": sum(turns.values()),
                 "gold": self._gold_info(conversations)}
 
+    def replaced_among(self, keys: set[tuple[str, int]]) -> dict:
+        """Answers and evidence lists the gold replaced per category among `keys` ((sample_id, qa_index))."""
+        return replaced_counts(self._changed, keys)
+
     def _gold_info(self, conversations: list[Conversation]) -> dict:
         """summary.json's `data.gold`: which gold, and for `audited` its source and the answers and
         evidence lists replaced per category among the questions this run scores."""
@@ -293,4 +297,4 @@ class LoCoMoSource:  # implements scgmem.api.data_source.DataSource
                   for q in scored_questions(c, self.scored, self.questions_per_category)}
         return {"gold": "audited", "corrections": str(AUDIT_PATH.name), "source": self._audit_source.get("repository"),
                 "commit": self._audit_source.get("commit"), "licence": self._audit_source.get("licence"),
-                "replaced": replaced_counts(self._changed, scored)}
+                "replaced": self.replaced_among(scored)}
