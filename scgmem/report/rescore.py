@@ -72,7 +72,9 @@ def rescore_run(run: Run, gold: str, data_path: str | None = None, n_resamples: 
         "n_questions": len(records), **aggregate(records, categories),
         **summary_fields(records, categories, protocol.name),
         "ci": {"categories": cis, "average": {m: average_ci(records, categories, m, n_resamples, seed)
-                                              for m in ("f1", "bleu1")}},
+                                              for m in ("f1", "bleu1")},
+               "average_1_4": {m: average_ci(records, {c: n for c, n in categories.items() if c != 5}, m,
+                                             n_resamples, seed) for m in ("f1", "bleu1")}},
         "replaced": source.replaced_among({(r["sample_id"], r["qa_index"]) for r in records}),
         "records_changed": changed,
         "note": f"the run's stored predictions scored again under data.gold={gold}; BERTScore not rescored",
@@ -105,7 +107,7 @@ def comparison_rows(summaries: list[dict]) -> list[dict]:
 def comparison_markdown(summaries: list[dict], command: str) -> str:
     names = list(summaries[0]["categories"])
     head = ["gold", *(f"{CATEGORY_TITLES.get(n, n)} F1 [CI] / B1" for n in names), "Average F1 [CI] / B1",
-            "Average 1-4 F1 / B1", "Overall F1", "answers / evidence replaced", "F1 or B1 changed"]
+            "Average 1-4 F1 [CI] / B1", "Overall F1", "answers / evidence replaced", "F1 or B1 changed"]
     lines = [f"## {summaries[0]['run_dir']}: scores under each gold", "", f"    {command}", "",
              "| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for s in summaries:
@@ -116,8 +118,9 @@ def comparison_markdown(summaries: list[dict], command: str) -> str:
         ci = s["ci"]["average"]["f1"]
         avg14 = s["average_1_4"] or {}
         replaced = "; ".join(f"cat {k}: {v['answers']} / {v['evidence']}" for k, v in s["replaced"].items()) or "none"
+        ci14 = s["ci"]["average_1_4"]["f1"] or (None, None)
         cells += [f"{_f(s['average']['f1'])} [{_f(ci[0])}, {_f(ci[1])}] / {_f(s['average']['bleu1'])}",
-                  f"{_f(avg14.get('f1'))} / {_f(avg14.get('bleu1'))}", _f(s["overall_weighted"]["f1"]), replaced,
+                  f"{_f(avg14.get('f1'))} [{_f(ci14[0])}, {_f(ci14[1])}] / {_f(avg14.get('bleu1'))}", _f(s["overall_weighted"]["f1"]), replaced,
                   f"{s['records_changed']} of {s['n_questions']}"]
         lines.append(f"| {s['gold']} | " + " | ".join(cells) + " |")
     lines += ["", "Evidence recall (0..1) per category: " + "; ".join(
