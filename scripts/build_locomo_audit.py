@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "scgmem" / "data" / "locomo_audit.json"
 REPOSITORY = "https://github.com/dial481/locomo-audit"
-# The audit's taxonomy (AUDIT_REPORT.md): only WRONG_CITATION leaves the gold answer right.
+# The audit's taxonomy (its AUDIT_REPORT file): only WRONG_CITATION leaves the gold answer right.
 CITATION_ONLY = "WRONG_CITATION"
 
 
