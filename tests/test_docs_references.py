@@ -46,7 +46,7 @@ def test_every_source_key_in_the_baselines_is_listed_in_methods_sources():
 def test_no_bare_markdown_name_points_nowhere():
     """A `NAME.md` written in code or configs exists: under the root, under docs/, or it is one of
     the files the report writes (claims.md, table1.md, ...)."""
-    written = {"claims.md", "costs.md", "table1.md", "table2.md"}
+    written = {"claims.md", "costs.md", "table1.md", "table2.md", "gold_comparison.md"}
     bare = re.compile(r"(?<![\w./-])([A-Za-z][\w-]*\.md)\b")
     missing = [f"{p.relative_to(ROOT)}: {name}" for p in code_files() for name in bare.findall(p.read_text())
                if name not in written and not (ROOT / name).is_file() and not (ROOT / "docs" / name).is_file()]

@@ -16,6 +16,7 @@ from pathlib import Path
 from scgmem.api.data_source import DataError
 from scgmem.api.paths import SAFE_NAME_RULE, is_safe_name
 from scgmem.api.types import OFFICIAL_CATEGORIES, QA, Conversation, Session, Turn
+from scgmem.data.locomo_audit import AUDIT_PATH, GOLDS, apply_corrections, load_corrections, replaced_counts
 
 _DIA_ID = re.compile(r"^D(\d+):(\d+)$")
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
@@ -232,10 +233,18 @@ class LoCoMoSource:  # implements scgmem.api.data_source.DataSource
         questions_per_category: the first N scored questions of each category per conversation.
         categories: category number (1-5) -> name.
         scored_categories: the category numbers that are scored (keys of `categories`).
+        gold: "original" (the file's answers and evidence) or "audited" (corrected where the public
+            audit found them wrong: scgmem/data/locomo_audit.py, docs/scoring.md "Audited gold answers").
     """
 
     def __init__(self, path: str | Path, samples=None, max_sessions: int | None = None,
-                 questions_per_category: int | None = None, categories=None, scored_categories=None) -> None:
+                 questions_per_category: int | None = None, categories=None, scored_categories=None,
+                 gold: str = "original") -> None:
+        if gold not in GOLDS:
+            raise DataError(f"data.gold must be one of {list(GOLDS)}, got {gold!r}")
+        self.gold = gold
+        self._changed: dict = {}
+        self._audit_source: dict = {}
         if samples is not None and (isinstance(samples, str) or not all(isinstance(s, str) for s in samples)):
             raise DataError(f"data.samples must be a list of sample ids such as [conv-26], got {samples!r}")
         self.path = str(path)
@@ -261,6 +270,10 @@ class LoCoMoSource:  # implements scgmem.api.data_source.DataSource
     def load(self) -> tuple[list[Conversation], LoadReport]:
         """The selected conversations (DataError names the file, sample and field) and the quirks met."""
         conversations, report = load_locomo(self.path)
+        if self.gold == "audited":  # before `select`: corrected evidence decides which questions a slice keeps
+            corrections = load_corrections()
+            conversations, self._changed = apply_corrections(conversations, corrections)
+            self._audit_source = corrections["_source"]
         return select(conversations, self.samples, self.max_sessions, source=self.path), report
 
     def summary_info(self, conversations: list[Conversation], report: LoadReport) -> dict:
@@ -268,4 +281,20 @@ class LoCoMoSource:  # implements scgmem.api.data_source.DataSource
         turns = {c.sample_id: len(c.turns) for c in conversations}
         return {"path": self.path, "samples": [c.sample_id for c in conversations], "max_sessions": self.max_sessions,
                 "questions_per_category": self.questions_per_category, "load_report": report.as_dict(),
-                "ingested_turns": turns, "ingested_turns_total": sum(turns.values())}
+                "ingested_turns": turns, "ingested_turns_total": sum(turns.values()),
+                "gold": self._gold_info(conversations)}
+
+    def replaced_among(self, keys: set[tuple[str, int]]) -> dict:
+        """Answers and evidence lists the gold replaced per category among `keys` ((sample_id, qa_index))."""
+        return replaced_counts(self._changed, keys)
+
+    def _gold_info(self, conversations: list[Conversation]) -> dict:
+        """summary.json's `data.gold`: which gold, and for `audited` its source and the answers and
+        evidence lists replaced per category among the questions this run scores."""
+        if self.gold == "original":
+            return {"gold": "original"}
+        scored = {(q.sample_id, q.index) for c in conversations
+                  for q in scored_questions(c, self.scored, self.questions_per_category)}
+        return {"gold": "audited", "corrections": str(AUDIT_PATH.name), "source": self._audit_source.get("repository"),
+                "commit": self._audit_source.get("commit"), "licence": self._audit_source.get("licence"),
+                "replaced": self.replaced_among(scored)}

@@ -48,6 +48,7 @@ ADDED = {
     "model.compile": lambda cur: False,
     "run.jobs_per_gpu": lambda cur: 1,
     "run.pin_gpus": lambda cur: False,
+    "data.gold": lambda cur: "original",  # the file's own answers, as before data.gold existed
     # scores were in the weights' dtype; float32 scores on float32 weights are the same numbers
     "model.score_dtype": lambda cur: cur.get("model.score_dtype") if cur.get("model.dtype") in ("float32", "fp32")
     else "model",

@@ -6,6 +6,7 @@ from importlib import metadata
 
 from scgmem.harness.pipeline import RunState
 from scgmem.scoring.answer_format import unparsed_count
+from scgmem.scoring.cat5 import summary_fields as category5_fields
 from scgmem.scoring.metrics import aggregate
 
 
@@ -84,6 +85,8 @@ def build_summary(*, records, state: RunState, method_name: str, model_name: str
         "categories": scores["categories"],
         "average": scores["average"],  # the paper's: unweighted mean of the category means
         "overall_weighted": scores["overall_weighted"],  # LoCoMo's Overall: mean over all scored questions
+        # the average without category 5, and what the category-5 answers say (scgmem/scoring/cat5.py)
+        **category5_fields(records, categories, protocol.name),
         "answer_format": {"format": getattr(protocol, "answer_format", None), **(unparsed_count(records) or {})},
         "structural_hallucination_rate": (counts[0] / counts[1] if counts and counts[1] else (0.0 if counts else None)),
         "structural_hallucination_counts": ({"outside_schema": counts[0], "generated": counts[1]} if counts else None),

@@ -7,6 +7,7 @@
     scgmem-report fig3 --out results     # -> results/figures/fig3.{png,pdf,csv}
     scgmem-report all                    # each experiment's newest sweep; skips those never run
     scgmem-report merge --out DIR RUN_A RUN_B   # shards of one run (split by data.samples) -> one run
+    scgmem-report rescore RUN_DIR --gold original --gold audited   # a run's answers under each gold
 
 Tables go to <out>/tables/ (table1.md/.csv/.tex and table1_paired.csv), figures to
 <out>/figures/. `table1` also draws the cost-vs-F1 chart of its runs. Exit code 2 with one
@@ -33,6 +34,7 @@ HELP = {"table1": "Table 1 beside the paper, CIs, paired bootstrap; and the cost
         "all": "all of the above, each from its experiment's newest sweep",
         "merge": "merge the run directories of one command sharded by data.samples into one",
         "costs": "one row per run: scores, evidence recall, seconds, LLM calls and tokens, deviations",
+        "rescore": "score a finished run's stored answers again under data.gold=original|audited (no rerun)",
         "claims": "the paper's claims (Table 1, Table 2, Figures 3-4) as paired tests on runs of the same questions"}
 
 
@@ -101,6 +103,14 @@ def parser() -> argparse.ArgumentParser:
     claims.add_argument("--out", default="results", help="claims.md/.json go to OUT/tables (default: %(default)s)")
     claims.add_argument("--n-resamples", type=int, default=2000, help="bootstrap resamples (default: %(default)s)")
     claims.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
+    rescore = sub.add_parser("rescore", help=HELP["rescore"])
+    rescore.add_argument("run", help="a run directory (summary.json and predictions.jsonl)")
+    rescore.add_argument("--gold", action="append", choices=("original", "audited"), required=True,
+                         help="the gold to score against; repeat for a comparison")
+    rescore.add_argument("--out", default=None, help="where to write (default: the run directory)")
+    rescore.add_argument("--data", default=None, help="the LoCoMo file (default: the run's data.path)")
+    rescore.add_argument("--n-resamples", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
+    rescore.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
     merge = sub.add_parser("merge", help=HELP["merge"])
     merge.add_argument("runs", nargs="+", help="the shards' run directories (each holding summary.json)")
     merge.add_argument("--out", required=True, help="the new run directory (must not hold a run)")
@@ -150,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "claims":
         return _claims(args)
+    if args.command == "rescore":
+        return _rescore(args, argv)
     experiments = EXPERIMENTS if args.command == "all" else (args.command,)
     if args.command == "all":
         args.runs = None
@@ -167,6 +179,25 @@ def main(argv: list[str] | None = None) -> int:
         for path in made["tables"] + made["figures"]:
             print(path)
     return status
+
+
+def _rescore(args, argv: list[str] | None) -> int:
+    """`scgmem-report rescore`: rescored_<gold>.json/.jsonl and gold_comparison.md/.csv."""
+    from scgmem.api.data_source import DataError
+    from scgmem.report.collect import load_run
+    from scgmem.report.rescore import write_rescored
+    command = "scgmem-report " + " ".join(sys.argv[1:] if argv is None else argv)
+    try:
+        run = load_run(args.run)
+        out = Path(args.out) if args.out else Path(args.run)
+        paths = write_rescored(run, list(dict.fromkeys(args.gold)), out, command, args.data, args.n_resamples,
+                               args.seed)
+    except (NoRunsError, DataError, ValueError) as e:
+        print(f"error: rescore: {e}", file=sys.stderr)
+        return 2
+    for path in paths:
+        print(path)
+    return 0
 
 
 def _claims(args) -> int:

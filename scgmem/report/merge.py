@@ -59,6 +59,7 @@ def _load_shard(run_dir: Path) -> tuple[dict, list[dict]]:
 def merge_summaries(shards: list[tuple[Path, dict]], records: list[dict]) -> dict:
     """One summary from the shards' summaries and the merged records (scores recomputed)."""
     from scgmem.scoring.answer_format import unparsed_count
+    from scgmem.scoring.cat5 import summary_fields as category5_fields
     from scgmem.scoring.metrics import aggregate
     from scgmem.harness.summary import context_length
 
@@ -80,6 +81,7 @@ def merge_summaries(shards: list[tuple[Path, dict]], records: list[dict]) -> dic
         "categories": scores["categories"],
         "average": scores["average"],
         "overall_weighted": scores["overall_weighted"],
+        **category5_fields(records, categories, first.get("protocol")),
         "answer_format": {"format": (first.get("answer_format") or {}).get("format"),
                           **(unparsed_count(records) or {})},
         "structural_hallucination_counts": counts or None,

@@ -27,6 +27,8 @@ import numpy as np
 
 from scgmem.harness.paper_settings import deviations
 from scgmem.report.collect import Run, index_runs, shown_path
+from scgmem.scoring.cat5 import ADVERSARIAL
+from scgmem.scoring.cat5 import summary_fields as cat5_fields
 from scgmem.scoring.metrics import bootstrap_ci, category_cis, paired_bootstrap
 from scgmem.report.paper import (BASELINES, EXTRA_TITLES, IMPROVEMENT_ROW, METHOD_TITLES, METRICS, PAPER_MODELS,
                                  VARIANT_TITLES, VARIANTS, PaperTable, column, drop_row)
@@ -62,6 +64,8 @@ class Row:
     run_dir: str | None = None
     # How the run departs from the paper's settings (scgmem.harness.paper_settings.deviations).
     deviations: list[str] = field(default_factory=list)
+    # Category 5 apart (`category5_apart`): the average over categories 1-4 and the category-5 answer rates.
+    cat5: dict | None = None
 
 
 @dataclass
@@ -136,7 +140,21 @@ def _our_row(run: Run, key: str, label: str, categories: list[str], n_resamples:
         row.cells[column(OVERALL, metric)] = Cell(
             ours=float(np.mean(values)) if values else None,
             ci=bootstrap_ci(values, n_resamples, seed) if values else None)
+    row.cat5 = category5_apart(run, mapping, n_resamples, seed)
     return row
+
+
+def category5_apart(run: Run, mapping: dict[int, str], n_resamples: int = 1000, seed: int = 0) -> dict:
+    """From the run's records (so runs written before summary.json had them show them too): the
+    average over the scored categories 1-4 with its bootstrap CI, and the category-5 answer rates
+    (`scgmem.scoring.cat5`); None values where the run scores no such question."""
+    without5 = {c: n for c, n in mapping.items() if c != ADVERSARIAL}
+    fields = cat5_fields(run.records, mapping, run.summary.get("protocol"))
+    out = {"average_1_4": fields["average_1_4"], "category5": fields["category5"], "average_1_4_ci": {}}
+    for metric in METRICS:
+        out["average_1_4_ci"][metric] = average_ci(run.records, without5, metric, n_resamples=n_resamples,
+                                                   seed=seed) if without5 else None
+    return out
 
 
 def _add_paper(row: Row, paper: PaperTable, paper_model: str | None, key: str, categories: list[str]) -> None:

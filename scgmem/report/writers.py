@@ -68,7 +68,7 @@ def _legend(table: Table) -> list[str]:
             f"punkt): {MARKS['dtype']} = another dtype, {MARKS['embedder']} = another embedder, "
             f"{MARKS['bleu']} = BLEU-1 tokeniser fallback (punkt missing -> treebank), {MARKS['speed']} = "
             "batch settings changed on a resume in half precision; paper = the paper's settings.",
-            *table.notes]
+            CAT5_LEGEND, *table.notes]
 
 
 def to_markdown(table: Table) -> str:
@@ -94,9 +94,66 @@ def to_markdown(table: Table) -> str:
                 pv = "–" if p["p_value"] is None else f"{p['p_value']:.3f}"
                 lines.append(f"| {CATEGORY_TITLES.get(p['category'], p['category'])} | {METRIC_TITLES[p['metric']]} "
                              f"| {md_text(p['a'])} | {md_text(p['b'])} | {p['n']} | {_fmt(p['diff'], signed=True)} | {ci} | {pv} |")
+        lines += _cat5_markdown(block)
         lines.append("")
     lines += [f"- {note}" for note in _legend(table)]
     return "\n".join(lines) + "\n"
+
+
+CAT5_RATES = ("refusal_rate", "trap_exact_rate", "both_options_rate", "trap_repeat_rate", "refusal_only_rate")
+CAT5_FIELDS = ("table", "model", "row", "label", "n", "average_1_4_f1", "average_1_4_f1_ci_low",
+               "average_1_4_f1_ci_high", "average_1_4_bleu1", "overall_weighted_1_4_f1", "categories_1_4",
+               "cat5_n", *CAT5_RATES, "f1_share_trap_exact", "f1_share_both_options", "run_dir")
+CAT5_LEGEND = ("Average 1-4: the paper's Average over the scored categories 1-4 only [bootstrap 95% CI], so "
+               "category 5's trap questions do not move it. Category 5 (shares of its answers): refusal = says "
+               "the information is not in the conversation (LoCoMo's rule: contains 'not mentioned' or 'no "
+               "information available'; higher is better); trap = exactly the trap answer; both = repeats both "
+               "options; trap repeat = contains the trap answer's words (lower is better); F1 from trap / both: "
+               "share of category 5's F1 those answers supply (docs/scoring.md, \"Category 5\").")
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{100.0 * v:.1f}%"
+
+
+def cat5_records(table: Table) -> list[dict]:
+    """One row per run of the table: category 5 apart (`scgmem.report.tables.category5_apart`)."""
+    out = []
+    for block in table.blocks:
+        for row in block.rows:
+            if not row.cat5:
+                continue
+            avg, c5 = row.cat5["average_1_4"] or {}, row.cat5["category5"] or {}
+            ci = row.cat5["average_1_4_ci"].get("f1") or (None, None)
+            share = c5.get("f1_share") or {}
+            out.append({"table": table.name, "model": block.model, "row": row.key, "label": row.label, "n": row.n,
+                        "average_1_4_f1": avg.get("f1"), "average_1_4_f1_ci_low": ci[0],
+                        "average_1_4_f1_ci_high": ci[1], "average_1_4_bleu1": avg.get("bleu1"),
+                        "overall_weighted_1_4_f1": (avg.get("overall_weighted") or {}).get("f1"),
+                        "categories_1_4": " ".join(str(c) for c in avg.get("categories", [])),
+                        "cat5_n": c5.get("n"), **{k: c5.get(k) for k in CAT5_RATES},
+                        "f1_share_trap_exact": share.get("trap_exact"),
+                        "f1_share_both_options": share.get("both_options"), "run_dir": row.run_dir})
+    return out
+
+
+def _cat5_markdown(block) -> list[str]:
+    table = Table(name="", title="", categories=[], blocks=[block])
+    rows = cat5_records(table)
+    if not rows:
+        return []
+    lines = ["", f"Category 5 apart ({block.model}); see the legend below.", "",
+             "| Method | Average 1-4 F1 / BLEU-1 | Cat. 5 n | refusal | trap | both | trap repeat | "
+             "F1 from trap / both |", "|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        ci = "" if r["average_1_4_f1_ci_low"] is None else \
+            f" [{r['average_1_4_f1_ci_low']:.2f}, {r['average_1_4_f1_ci_high']:.2f}]"
+        lines.append(f"| {md_text(r['label'])} | {_fmt(r['average_1_4_f1'])}{ci} / {_fmt(r['average_1_4_bleu1'])} "
+                     f"| {'–' if r['cat5_n'] is None else r['cat5_n']} | {_pct(r['refusal_rate'])} "
+                     f"| {_pct(r['trap_exact_rate'])} | {_pct(r['both_options_rate'])} "
+                     f"| {_pct(r['trap_repeat_rate'])} | {_pct(r['f1_share_trap_exact'])} / "
+                     f"{_pct(r['f1_share_both_options'])} |")
+    return lines
 
 
 CSV_FIELDS = ("table", "model", "paper_model", "row", "label", "category", "metric", "unit", "ours", "ci_low",
@@ -163,14 +220,16 @@ def to_latex(table: Table) -> str:
 
 
 def write_table(table: Table, out_dir: str | Path) -> list[Path]:
-    """Write <name>.md, <name>.csv, <name>_paired.csv and <name>.tex into `out_dir`; returns the paths."""
+    """Write <name>.md, <name>.csv, <name>_paired.csv, <name>.tex and <name>_cat5.csv (category 5 apart)
+    into `out_dir`; returns the paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cells, paired = to_records(table)
     paths = [out_dir / f"{table.name}.md", out_dir / f"{table.name}.csv", out_dir / f"{table.name}_paired.csv",
-             out_dir / f"{table.name}.tex"]
+             out_dir / f"{table.name}.tex", out_dir / f"{table.name}_cat5.csv"]
     paths[0].write_text(to_markdown(table), encoding="utf-8")
-    for path, rows, fields in ((paths[1], cells, CSV_FIELDS), (paths[2], paired, PAIRED_FIELDS)):
+    for path, rows, fields in ((paths[1], cells, CSV_FIELDS), (paths[2], paired, PAIRED_FIELDS),
+                               (paths[4], cat5_records(table), CAT5_FIELDS)):
         with open(path, "w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=fields)
             writer.writeheader()

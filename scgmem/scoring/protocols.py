@@ -215,7 +215,9 @@ class Protocol(abc.ABC):
             "bertscore": self.bertscorer.settings() if self.bertscorer else None,
             "averages": {"average": "unweighted mean of the category means (the paper's Average)",
                          "overall_weighted": "mean over all scored questions, i.e. categories weighted by "
-                                             "question count (LoCoMo's Overall)"},
+                                             "question count (LoCoMo's Overall)",
+                         "average_1_4": "the paper's Average over the scored categories other than 5 "
+                                        "(scgmem/scoring/cat5.py)"},
             **metrics.metric_settings(),
         }
 

@@ -200,7 +200,8 @@ def test_writers(table1_runs, paper_csv, tmp_path):
     tex = to_latex(table)
     assert "\\toprule" in tex and "Improvement (\\%)" in tex and "+50.0\\%" in tex and "$^\\dagger$" in tex
     paths = write_table(table, tmp_path / "tables")
-    assert [p.name for p in paths] == ["table1.md", "table1.csv", "table1_paired.csv", "table1.tex"]
+    assert [p.name for p in paths] == ["table1.md", "table1.csv", "table1_paired.csv", "table1.tex",
+                                       "table1_cat5.csv"]
     rows = list(csv.DictReader(open(paths[1])))
     cell = next(r for r in rows if r["row"] == "amem" and r["category"] == "temporal" and r["metric"] == "f1")
     assert float(cell["ours"]) == pytest.approx(25.0) and float(cell["diff"]) == pytest.approx(5.0)
@@ -276,3 +277,26 @@ def test_text_from_configs_data_or_models_cannot_break_markdown_or_latex_tables(
     for raw, escaped in (("%", "\\%"), ("$", "\\$"), ("#", "\\#"), ("{", "\\{"), ("_", "\\_")):
         assert tex.count(raw) == tex.count(escaped) or raw in "{", (raw, tex)
     assert "\n" not in tex and "\\textbackslash{}" in tex and "\\textasciitilde{}" in tex
+
+
+def test_category5_apart_is_in_the_markdown_and_its_own_csv(tmp_path, paper_csv):
+    """Average 1-4 and the category-5 answer rates, computed from the records (runs written before
+    summary.json had them show them too)."""
+    records = _records("scgmem")
+    traps = {6: "Not mentioned in the conversation or Paris", 7: "Paris"}  # both options; the trap exactly
+    for r in records:
+        if r["category"] == 5:
+            r["prediction"], r["options"] = traps[r["qa_index"]], ["Not mentioned in the conversation", "Paris"]
+    run = write_run(tmp_path / "runs" / "r", model="qwen2.5-3b", method="scgmem", records=records)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["average_1_4"]["f1"] == pytest.approx(75.0) and summary["category5"]["trap_exact_rate"] == 0.5
+    for key in ("average_1_4", "category5"):  # as an older run: the report recomputes them
+        summary.pop(key)
+    (run / "summary.json").write_text(json.dumps(summary))
+    table = build_table1(collect(tmp_path / "runs"), paper_csv, n_resamples=20)
+    md = to_markdown(table)
+    # scgmem's categories 1, 2, 4: F1 means 75, 50, 100 -> 75.00; category 5: one both-options answer, one trap.
+    assert "| SCG-Mem | 75.00 [" in md and "| 2 | 50.0% | 50.0% | 50.0% | 100.0% |" in md
+    rows = list(csv.DictReader(open(write_table(table, tmp_path / "tables")[4])))
+    assert len(rows) == 1 and float(rows[0]["average_1_4_f1"]) == pytest.approx(75.0)
+    assert rows[0]["categories_1_4"] == "1 2 4" and float(rows[0]["trap_repeat_rate"]) == 1.0

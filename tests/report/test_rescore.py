@@ -1,0 +1,71 @@
+"""`scgmem-report rescore`: a finished run's stored answers scored again under each gold."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from scgmem.report import cli
+from scgmem.report.collect import load_run
+from scgmem.report.rescore import rescore_run
+from scgmem.scoring.protocols import NOT_MENTIONED
+from tests.report import write_run
+
+PROTOCOL = {"_target_": "scgmem.scoring.protocols.AmemProtocol", "temperature": None, "max_new_tokens": 50,
+            "cat5_reference": "adversarial", "chat": {"system_prompt": "x"}, "answer_format": "json",
+            "bertscore": True}  # BERTScore is never rescored: the roberta model is not needed
+
+
+def _record(sample_id, qa_index, category, question, prediction, f1, evidence, retrieved, options=None):
+    return {"sample_id": sample_id, "qa_index": qa_index, "category": category, "question": question,
+            "reference": "", "prediction": prediction, "f1": f1, "bleu1": f1, "evidence": evidence,
+            "retrieved": retrieved, "evidence_recall": 0.0, **({"options": options} if options else {})}
+
+
+@pytest.fixture()
+def run_dir(tmp_path, locomo_path):
+    """Three answers as a run under the original gold stored them (F1 and BLEU-1 of A-MEM's scoring)."""
+    records = [
+        _record("conv-30", 31, 1, "How long did it take for Jon to open his studio?", "six months", 1.0,
+                ["D1:2"], ["D1:2"]),  # the audit: "five months"
+        _record("conv-26", 1, 2, "When did Melanie paint a sunrise?", "2022", 1.0, ["D1:12"], ["D1:14"]),
+        _record("conv-26", 152, 5, "What did Caroline realize after her charity race?", NOT_MENTIONED, 0.0,
+                ["D2:3"], [], options=[NOT_MENTIONED, "self-care is important"]),
+    ]
+    run = write_run(tmp_path / "run", model="m", method="scgmem", records=records)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["config"] |= {"protocol": PROTOCOL, "data": {"_target_": "scgmem.data.locomo.LoCoMoSource",
+                                                          "path": str(locomo_path), "samples": ["conv-26", "conv-30"],
+                                                          "scored_categories": [1, 2, 4, 5]}}
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run
+
+
+def test_rescoring_under_the_runs_gold_reproduces_it_and_audited_uses_the_corrections(run_dir):
+    run = load_run(run_dir)
+    original, records = rescore_run(run, "original", n_resamples=20)
+    assert original["records_changed"] == 0 and original["replaced"] == {}
+    assert [r["f1"] for r in records] == [1.0, 1.0, 0.0]
+    audited, records = rescore_run(run, "audited", n_resamples=20)
+    assert records[0]["reference"] == "five months" and records[0]["f1"] == pytest.approx(0.5)  # {six, months}
+    assert records[1]["evidence_recall"] == 1.0  # the corrected citation D1:14 was retrieved
+    assert audited["records_changed"] == 1
+    assert audited["replaced"] == {"1": {"answers": 1, "evidence": 1}, "2": {"answers": 0, "evidence": 1}}
+    assert audited["category5"]["refusal_rate"] == 1.0 and audited["average_1_4"]["categories"] == [1, 2, 4]
+
+
+def test_cli_writes_the_comparison_and_refuses_a_question_the_data_does_not_hold(run_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert cli.main(["rescore", str(run_dir), "--gold", "original", "--gold", "audited", "--out", str(out),
+                     "--n-resamples", "20"]) == 0
+    rows = list(csv.DictReader(open(out / "gold_comparison.csv")))
+    assert [r["gold"] for r in rows] == ["original", "audited"] and rows[1]["answers_replaced"] == "1"
+    md = (out / "gold_comparison.md").read_text()
+    assert "scgmem-report rescore" in md and "| audited |" in md and "1 of 3" in md
+    assert not (out / "summary.json").exists()  # never taken for a run by the report
+    lines = (run_dir / "predictions.jsonl").read_text().splitlines()
+    first = json.loads(lines[0]) | {"question": "Another question?"}
+    (run_dir / "predictions.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    assert cli.main(["rescore", str(run_dir), "--gold", "audited", "--out", str(out)]) == 2
+    assert "conv-30 qa 31: not in" in capsys.readouterr().err
