@@ -27,7 +27,7 @@ import numpy as np
 
 from scgmem.harness.paper_settings import deviations
 from scgmem.report.collect import Run, index_runs, shown_path
-from scgmem.scoring.metrics import bootstrap_ci, category_cis, paired_bootstrap
+from scgmem.scoring.metrics import average_ci, bootstrap_ci, category_cis, paired_bootstrap
 from scgmem.report.paper import (BASELINES, EXTRA_TITLES, IMPROVEMENT_ROW, METHOD_TITLES, METRICS, PAPER_MODELS,
                                  VARIANT_TITLES, VARIANTS, PaperTable, column, drop_row)
 
@@ -85,25 +85,6 @@ class Table:
     @property
     def column_groups(self) -> list[str]:
         return [*self.categories, "average", OVERALL]
-
-
-def average_ci(records: list[dict], categories: dict[int, str], key: str, n_resamples: int = 1000,
-               seed: int = 0, alpha: float = 0.05) -> tuple[float, float] | None:
-    """Percentile-bootstrap CI (percent) of the paper's Average: the unweighted mean of the
-    category means. Each resample draws every category's questions with replacement within
-    that category (so each category keeps its size), then averages the category means."""
-    groups = [np.array([100.0 * float(r[key]) for r in records if int(r["category"]) == c]) for c in categories]
-    groups = [g for g in groups if g.size]
-    if not groups:
-        return None
-    rng = np.random.default_rng(seed)
-    means = np.zeros(n_resamples)
-    for g in groups:
-        idx = rng.integers(0, g.size, size=(n_resamples, g.size))  # (n_resamples, n_category)
-        means += g[idx].mean(axis=1)
-    means /= len(groups)
-    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return float(low), float(high)
 
 
 def _check_categories(runs: list[Run]) -> list[str]:
