@@ -180,3 +180,21 @@ def judge_scores(rows: Iterable[Mapping], categories: Mapping[int, str], n_resam
     out["overall_weighted"] = {"n": len(every), **_spread(overall),
                                "ci": list(bootstrap_ci(values, n_resamples, seed)) if values else None}
     return out
+
+
+def agreement(human: Sequence[str], judged: Sequence[str]) -> dict:
+    """Agreement of a judge's labels with hand labels (same order): the share of equal labels,
+    Cohen's kappa (None when either side used one label only, where it is undefined), and the
+    confusion counts keyed "human/judge" (e.g. "WRONG/CORRECT": the judge credited a wrong answer)."""
+    if len(human) != len(judged) or not human:
+        raise ValueError(f"agreement needs two non-empty label lists of one length, got {len(human)} and {len(judged)}")
+    n = len(human)
+    observed = sum(h == j for h, j in zip(human, judged)) / n
+    labels = sorted(set(human) | set(judged))
+    expected = sum((list(human).count(lab) / n) * (list(judged).count(lab) / n) for lab in labels)
+    kappa = None if expected == 1.0 or len(set(human)) < 2 or len(set(judged)) < 2 else \
+        (observed - expected) / (1.0 - expected)
+    confusion: dict[str, int] = {}
+    for h, j in zip(human, judged):
+        confusion[f"{h}/{j}"] = confusion.get(f"{h}/{j}", 0) + 1
+    return {"n": n, "agreement": observed, "kappa": kappa, "confusion": dict(sorted(confusion.items()))}

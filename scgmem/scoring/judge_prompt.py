@@ -27,10 +27,9 @@ JUDGE_SYSTEM = "You are a careful grader of answers to questions about a convers
 JUDGE_TEMPLATE = """Decide whether the predicted answer agrees with the gold answer.
 
 Rules:
-- CORRECT when the prediction states the same facts as the gold answer, in any wording.
-- Dates may be written in any format: "7 May 2023", "May 7th, 2023", "2023-05-07" and "the 7th of May 2023" are the same date. A less precise date is CORRECT when it contains the gold date (e.g. "May 2023" for "7 May 2023"), a different day, month or year is WRONG.
-- Extra detail is fine as long as it does not contradict the gold answer.
-- WRONG when the prediction names another person, place, object, number or date, contradicts the gold answer, gives only some of the items the gold answer lists, is vague, or says the information is not available while the gold answer gives it.
+- CORRECT when the prediction states the same facts as the gold answer, in any wording. Extra detail is fine as long as it does not contradict the gold answer.
+- Dates may be written in any format: "7 May 2023", "May 7th, 2023" and "2023-05-07" are the same date. A date inside the gold answer's period is CORRECT ("12 July 2023" for "July 2023"; "21 May 2023" for "the Sunday before 25 May 2023"). A date less precise than the gold answer ("2023" for "5 July 2023") or a different day, month or year is WRONG.
+- WRONG when the prediction names another person, place, object, number or date, contradicts the gold answer, gives only some of the items the gold answer lists, is too vague to answer the question, or says the information is not available while the gold answer gives it.
 - Sharing words with the gold answer is not enough: judge the meaning.
 
 Question: {question}
