@@ -165,3 +165,29 @@ def test_judge_options(value, model):
 def test_judge_options_reject_unknown_keys():
     with pytest.raises(ValueError, match="unknown keys \\['rounds'\\]"):
         judge_options({"rounds": 3})
+
+
+def _cfg(*overrides):
+    from hydra import compose, initialize_config_dir
+
+    from scgmem.harness.run import CONFIG_DIR
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def test_protocol_judge_in_a_run_labels_into_the_run_dir_and_is_off_by_default(tmp_path):
+    from scgmem.harness.run import run_judge
+
+    assert run_judge(_cfg(), ScriptedLLM(_judge_script), _records(), tmp_path, CATS) is None
+    assert not (tmp_path / JUDGEMENTS).exists()
+    out = run_judge(_cfg("protocol.judge={model:same,runs:2}"), ScriptedLLM(_judge_script), _records(), tmp_path, CATS)
+    assert out["n_runs"] == 2 and out["settings"]["model"] == "scripted"
+    assert len(read_judgements(tmp_path)) == 10
+
+
+def test_turning_the_judge_on_resumes_a_finished_run_dir(tmp_path):
+    from scgmem.harness.rundir import check_run_dir
+
+    check_run_dir(tmp_path, _cfg())
+    (tmp_path / "predictions.jsonl").write_text("")
+    check_run_dir(tmp_path, _cfg("protocol.judge=same"))  # no RunDirMismatch: labels are not predictions
