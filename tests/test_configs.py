@@ -67,8 +67,9 @@ def test_method_config_instantiates(name):
 def test_protocol_config_instantiates(name):
     cfg = _compose([f"protocol={name}"])
     categories = {int(c): str(cfg.data.categories[c]) for c in cfg.data.scored_categories}
-    # As the runner does: `chat` (the chat policy) goes to the model, the rest to the protocol.
-    node = OmegaConf.masked_copy(cfg.protocol, [k for k in cfg.protocol if k != "chat"])
+    # As the runner does: `chat` (the chat policy) goes to the model, `judge` to the judge, the rest to the protocol.
+    from scgmem.harness.run import split_protocol
+    node, _ = split_protocol(cfg)
     protocol = instantiate(node, categories=categories)
     assert protocol.settings(), f"configs/protocol/{name}.yaml: empty settings"
 

@@ -28,6 +28,7 @@ from scgmem.api.paths import UnsafePath
 
 from scgmem.harness.cache import MemoryCache
 from scgmem.harness.gpu_sharing import claim_gpu, place_job, visible_gpus
+from scgmem.harness.judging import judge_model_node, judge_options, judge_records, make_judge
 from scgmem.harness.pipeline import Pipeline, check_run_settings
 from scgmem.harness.paper_settings import check_embedder_choice
 from scgmem.harness.records import write_json_atomic
@@ -122,7 +123,28 @@ def split_protocol(cfg: DictConfig) -> tuple[DictConfig, dict]:
     (e.g. model.caps.amem_answer_tokens)."""
     node = OmegaConf.to_container(cfg.protocol, resolve=True)
     chat = node.pop("chat", None) or {}
+    node.pop("judge", None)  # read by `run_judge`, not the protocol's constructor
     return OmegaConf.create(node), chat
+
+
+def run_judge(cfg: DictConfig, llm, records: list[dict], run_dir: Path, categories) -> dict | None:
+    """`protocol.judge` (scgmem/harness/judging.py): label every prediction into run_dir/judgements.jsonl
+    and return summary.json's `judge`; None when it is off. A judge model other than the run's is
+    loaded once per process (a sweep's jobs share it)."""
+    try:
+        options = judge_options(OmegaConf.to_container(cfg.protocol, resolve=True).get("judge"))
+        if options is None:
+            return None
+        judge_llm = llm
+        if options["model"] is not None:
+            node = judge_model_node(options["model"], options["model_set"])
+            judge_llm = _shared("judge", OmegaConf.create(node), "protocol.judge.model")
+            judge_llm.set_chat_policy(ChatPolicy())
+        judge = make_judge(options, judge_llm)
+        return judge_records(judge, records, run_dir, categories, seed=cfg.seed, chunk=options["chunk"],
+                             n_resamples=options["n_resamples"])
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"protocol.judge: {e}") from None
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -171,6 +193,7 @@ def evaluate(cfg: DictConfig) -> dict:
         parallel_conversations=parallel,
     )
     records = pipeline.run(conversations)
+    judged = run_judge(cfg, llm, records, run_dir, categories)
     summary = build_summary(
         records=records, state=pipeline.state, method_name=method_name, model_name=llm.name, protocol=protocol,
         categories=categories, seed=cfg.seed,
@@ -179,6 +202,8 @@ def evaluate(cfg: DictConfig) -> dict:
         model_load_s=load_s, generation=llm.generation_report(),
         oom=llm.oom.report() if hasattr(llm, "oom") else None,
     )
+    if judged is not None:
+        summary["judge"] = judged
     summary["placement"] = placement
     summary["speed_changes"] = speed_changes(run_dir)  # batching changed on a resume (rundir.py)
     write_json_atomic(run_dir / "summary.json", summary)

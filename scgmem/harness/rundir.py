@@ -28,7 +28,9 @@ IGNORED = {("run", "progress"), ("run", "cache_dir"), ("run", "use_memory_cache"
            # how a served model is reached, not what it serves (model=openai_compatible): a run
            # resumes against another server of the same model
            ("model", "base_url"), ("model", "api_key_env"), ("model", "max_concurrency"), ("model", "timeout_s"),
-           ("model", "retries"), ("model", "backoff_s")}
+           ("model", "retries"), ("model", "backoff_s"),
+           # the judge labels predictions after they are made (judge.json guards its own labels)
+           ("protocol", "judge")}
 
 
 # Settings that change only speed and memory: a resume may change them (recorded, see above).

@@ -8,6 +8,7 @@
     scgmem-report all                    # each experiment's newest sweep; skips those never run
     scgmem-report merge --out DIR RUN_A RUN_B   # shards of one run (split by data.samples) -> one run
     scgmem-report rescore RUN_DIR --gold original --gold audited   # a run's answers under each gold
+    scgmem-report judge RUN_DIR [--model M] [--runs N]   # LLM judge (J) on a finished run (report/judged.py)
 
 Tables go to <out>/tables/ (table1.md/.csv/.tex and table1_paired.csv), figures to
 <out>/figures/. `table1` also draws the cost-vs-F1 chart of its runs. Exit code 2 with one
@@ -20,7 +21,7 @@ import logging
 import sys
 from pathlib import Path
 
-from scgmem.report import figures, tables, writers
+from scgmem.report import figures, judged, tables, writers
 from scgmem.report.collect import NoRunsError, collect, collect_all, for_experiment, newest_sweep, shown_path
 from scgmem.report.paper import PaperTable
 
@@ -114,6 +115,7 @@ def parser() -> argparse.ArgumentParser:
     merge = sub.add_parser("merge", help=HELP["merge"])
     merge.add_argument("runs", nargs="+", help="the shards' run directories (each holding summary.json)")
     merge.add_argument("--out", required=True, help="the new run directory (must not hold a run)")
+    judged.add_parser(sub)
     for name in (*EXPERIMENTS, "all"):
         s = sub.add_parser(name, help=HELP[name])
         if name != "all":
@@ -162,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         return _claims(args)
     if args.command == "rescore":
         return _rescore(args, argv)
+    if args.command == "judge":
+        return _judge(args)
     experiments = EXPERIMENTS if args.command == "all" else (args.command,)
     if args.command == "all":
         args.runs = None
@@ -197,6 +201,23 @@ def _rescore(args, argv: list[str] | None) -> int:
         return 2
     for path in paths:
         print(path)
+    return 0
+
+
+def _judge(args) -> int:
+    """`scgmem-report judge`: labels and judge_summary.json beside the run (or in --out)."""
+    import json
+
+    from scgmem.harness.judging import JudgeMismatch
+    from scgmem.llm.loading import ModelFilesMissing
+    try:
+        path = judged.judge_command(args)
+    except (NoRunsError, JudgeMismatch, ModelFilesMissing, ValueError) as e:
+        print(f"error: judge: {e}", file=sys.stderr)
+        return 2
+    for line in judged.summary_lines(json.loads(path.read_text(encoding="utf-8"))):
+        print(line)
+    print(path)
     return 0
 
 

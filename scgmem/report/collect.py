@@ -68,6 +68,14 @@ class Run:
         return (self.config.get("method") or {}).get(key, default)
 
     @cached_property
+    def judge(self) -> dict[tuple[str, int], float]:
+        """(sample_id, qa_index) -> share of the LLM judge's runs that said CORRECT, from the run's
+        judgements.jsonl (`scgmem-report judge` or protocol.judge); {} when it was not judged."""
+        from scgmem.harness.judging import judged_fraction
+
+        return judged_fraction(self.run_dir)
+
+    @cached_property
     def records(self) -> list[dict]:
         path = self.run_dir / PREDICTIONS
         if not path.is_file():

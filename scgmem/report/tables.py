@@ -29,8 +29,8 @@ from scgmem.harness.paper_settings import deviations
 from scgmem.report.collect import Run, index_runs, shown_path
 from scgmem.scoring.cat5 import ADVERSARIAL
 from scgmem.scoring.cat5 import summary_fields as cat5_fields
-from scgmem.scoring.metrics import bootstrap_ci, category_cis, paired_bootstrap
-from scgmem.report.paper import (BASELINES, EXTRA_TITLES, IMPROVEMENT_ROW, METHOD_TITLES, METRICS, PAPER_MODELS,
+from scgmem.scoring.metrics import average_ci, bootstrap_ci, category_cis, paired_bootstrap
+from scgmem.report.paper import (BASELINES, EXTRA_TITLES, IMPROVEMENT_ROW, JUDGE, METHOD_TITLES, METRICS, PAPER_MODELS,
                                  VARIANT_TITLES, VARIANTS, PaperTable, column, drop_row)
 
 # The question-weighted overall (LoCoMo's "Overall"); the paper prints no such column.
@@ -85,29 +85,36 @@ class Table:
     categories: list[str]  # category columns; "average" is added after them
     blocks: list[Block] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    metrics: tuple[str, ...] = METRICS  # + JUDGE when a run was judged
 
     @property
     def column_groups(self) -> list[str]:
         return [*self.categories, "average", OVERALL]
 
 
-def average_ci(records: list[dict], categories: dict[int, str], key: str, n_resamples: int = 1000,
-               seed: int = 0, alpha: float = 0.05) -> tuple[float, float] | None:
-    """Percentile-bootstrap CI (percent) of the paper's Average: the unweighted mean of the
-    category means. Each resample draws every category's questions with replacement within
-    that category (so each category keeps its size), then averages the category means."""
-    groups = [np.array([100.0 * float(r[key]) for r in records if int(r["category"]) == c]) for c in categories]
-    groups = [g for g in groups if g.size]
-    if not groups:
-        return None
-    rng = np.random.default_rng(seed)
-    means = np.zeros(n_resamples)
-    for g in groups:
-        idx = rng.integers(0, g.size, size=(n_resamples, g.size))  # (n_resamples, n_category)
-        means += g[idx].mean(axis=1)
-    means /= len(groups)
-    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return float(low), float(high)
+def _metrics(runs: list[Run]) -> tuple[str, ...]:
+    """The table's metrics: F1, BLEU-1, and J (the LLM judge) when any run has judgements."""
+    return (*METRICS, JUDGE) if any(r.judge for r in runs) else METRICS
+
+
+def _judge_cells(run: Run, mapping: dict[int, str], n_resamples: int, seed: int) -> dict[str, Cell]:
+    """J per category, the paper-style average and the weighted overall (percent): each question's
+    share of CORRECT runs, averaged, with bootstrap CIs over questions (as F1's)."""
+    rows = [{"category": int(r["category"]), JUDGE: run.judge[(r["sample_id"], int(r["qa_index"]))]}
+            for r in run.records if int(r["category"]) in mapping and (r["sample_id"], int(r["qa_index"])) in run.judge]
+    cells, means = {}, []
+    for num, name in mapping.items():
+        values = [100.0 * r[JUDGE] for r in rows if r["category"] == num]
+        if values:
+            means.append(float(np.mean(values)))
+        cells[column(name, JUDGE)] = Cell(ours=means[-1] if values else None,
+                                          ci=bootstrap_ci(values, n_resamples, seed) if values else None)
+    cells[column("average", JUDGE)] = Cell(ours=float(np.mean(means)) if means else None,
+                                           ci=average_ci(rows, mapping, JUDGE, n_resamples, seed))
+    values = [100.0 * r[JUDGE] for r in rows]
+    cells[column(OVERALL, JUDGE)] = Cell(ours=float(np.mean(values)) if values else None,
+                                         ci=bootstrap_ci(values, n_resamples, seed) if values else None)
+    return cells
 
 
 def _check_categories(runs: list[Run]) -> list[str]:
@@ -141,6 +148,8 @@ def _our_row(run: Run, key: str, label: str, categories: list[str], n_resamples:
             ours=float(np.mean(values)) if values else None,
             ci=bootstrap_ci(values, n_resamples, seed) if values else None)
     row.cat5 = category5_apart(run, mapping, n_resamples, seed)
+    if run.judge:
+        row.cells.update(_judge_cells(run, mapping, n_resamples, seed))
     return row
 
 
@@ -264,7 +273,8 @@ def build_table1(runs: list[Run], paper: PaperTable, *, default_paper_model: str
         n_resamples, seed: of every bootstrap.
     """
     categories = _check_categories(runs)
-    table = Table(name="table1", title="Table 1: F1 / BLEU-1 (%) per category on LoCoMo", categories=categories)
+    table = Table(name="table1", title="Table 1: F1 / BLEU-1 (%) per category on LoCoMo", categories=categories,
+                  metrics=_metrics(runs))
     by_model: dict[str, dict[str, Run]] = {}
     for (model, method), run in index_runs(runs, lambda r: (r.model, r.method)).items():
         by_model.setdefault(model, {})[method] = run
@@ -323,7 +333,7 @@ def build_table2(runs: list[Run], paper: PaperTable, *, default_paper_model: str
         raise ValueError("table2: no scgmem run among the runs given")
     categories = _check_categories(scg)
     table = Table(name="table2", title="Table 2: ablations of SCG-Mem, F1 / BLEU-1 (%) per category",
-                  categories=categories)
+                  categories=categories, metrics=_metrics(scg))
     by_model: dict[str, dict[str, Run]] = {}
     for (model, variant), run in index_runs(scg, lambda r: (r.model, variant_of(r))).items():
         by_model.setdefault(model, {})[variant] = run

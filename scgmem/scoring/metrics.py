@@ -296,6 +296,25 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], n_resamples: int = 
             "p_value": float(np.mean(diffs <= 0))}
 
 
+def average_ci(records: list[dict], categories: dict[int, str], key: str, n_resamples: int = 1000,
+               seed: int = 0, alpha: float = 0.05) -> tuple[float, float] | None:
+    """Percentile-bootstrap CI (percent) of the paper's Average: the unweighted mean of the
+    category means. Each resample draws every category's questions with replacement within
+    that category (so each category keeps its size), then averages the category means."""
+    groups = [np.array([100.0 * float(r[key]) for r in records if int(r["category"]) == c]) for c in categories]
+    groups = [g for g in groups if g.size]
+    if not groups:
+        return None
+    rng = np.random.default_rng(seed)
+    means = np.zeros(n_resamples)
+    for g in groups:
+        idx = rng.integers(0, g.size, size=(n_resamples, g.size))  # (n_resamples, n_category)
+        means += g[idx].mean(axis=1)
+    means /= len(groups)
+    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    return float(low), float(high)
+
+
 def category_cis(records: Iterable[Mapping], categories: Mapping[int, str], n_resamples: int = 1000,
                  seed: int = 0, alpha: float = 0.05) -> dict:
     """Per-category bootstrap CIs of F1 and BLEU-1 over questions, in percent.
