@@ -119,12 +119,14 @@ def device_rates(throughput: dict, rows: int = 16) -> dict:
     return rates
 
 
-def h200_hours_measured(methods: dict, width_key: str, rates: dict, steps_key: str = "decode_steps_bound") -> float:
+def h200_hours_measured(methods: dict, width_key: str, rates: dict, steps_key: str = "decode_steps_bound",
+                        digits: int | None = 2) -> float:
     """Table 1 estimate with per-model device rates (`device_rates`): decode steps x step s +
-    prompt tokens / prefill rate, summed over the four models."""
+    prompt tokens / prefill rate, summed over the four models (rounded to `digits`; None: not)."""
     steps = sum(by_width[width_key][steps_key] for by_width in methods.values())
     prompt = sum(by_width[width_key]["prompt_tokens_est"] for by_width in methods.values())
-    return round(sum(steps * step + prompt / prefill for step, prefill, _ in rates.values()) / 3600, 2)
+    hours = sum(steps * step + prompt / prefill for step, prefill, _ in rates.values()) / 3600
+    return hours if digits is None else round(hours, digits)
 
 
 def estimate_from_device(batching: dict, throughput: dict) -> dict:

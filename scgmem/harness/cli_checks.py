@@ -25,6 +25,11 @@ def check_overrides(argv: list[str], config_dir: Path) -> str | None:
         if arg.startswith("-") or "=" not in arg:
             continue
         key, value = arg.split("=", 1)
+        if arg.startswith("+") and not arg.startswith("++") and "." not in key and "/" not in key \
+                and not any((d / key[1:]).is_dir() for d in dirs):
+            # `+experment=table1` would add an unread top-level value and run without the experiment
+            groups = sorted({p.name for d in dirs for p in d.iterdir() if p.is_dir()})
+            return f"{key}: no config group {key[1:]!r}; choose one of {', '.join(groups)}"
         key = key.lstrip("+~")
         if key.startswith("hydra/"):
             key = key[len("hydra/"):]

@@ -1,10 +1,16 @@
 """Experiment tracking: `logger=none` (default, `NullLogger`) tracks nothing; `logger=wandb`
 (`WandbLogger`) tracks runs in Weights & Biases.
 
-Both have one method: the runner calls `log_run(config, summary, run_dir)` once, after
-summary.json is written. `WandbLogger` makes one wandb run per scgmem run, holding
+The runner calls `start(config, run_dir, name)` before answering, `log_progress(metrics)` after every
+memory built and every chunk of questions answered (`progress_metrics`: questions answered, the
+running F1 and BLEU-1, tokens so far), `log_run(config, summary, run_dir)` after summary.json is
+written, and `abort()` when the run stops on an error (what was logged stays, marked failed).
+`WandbLogger` makes one wandb run per scgmem run directory: its id is kept in
+`<run dir>/wandb_run.json` and passed back with resume="allow", so a resumed (killed, preempted,
+requeued) job continues the same wandb run. The run holds
 
 - the resolved config (wandb's config panel; `run_dir` added),
+- the live progress (`progress/answered`, `progress/total`, `running/f1`, `running/bleu1`, tokens),
 - the per-category metrics (`<category>/f1`, `<category>/bleu1`, `<category>/evidence_recall`,
   `<category>/n`), `average/f1`, `average/bleu1`, cost (`tokens/...`, `timing/...`),
 - the predictions as a `wandb.Table` (one row per scored question),
@@ -23,7 +29,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 from pathlib import Path
+
+from scgmem.harness.records import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +74,27 @@ def flat_metrics(summary: dict) -> dict[str, float | int]:
     return out
 
 
+def progress_metrics(records: list[dict], total: int, memories_ready: int, conversations: int,
+                     usage: dict, elapsed_s: float) -> dict[str, float | int]:
+    """Live progress of a run under wandb keys: questions answered of `total` (resumed ones
+    included), memories built of `conversations`, the running mean F1 and BLEU-1 (in %, as in
+    summary.json) over the answered questions, and the LLM tokens counted so far."""
+    out: dict[str, float | int] = {
+        "progress/answered": len(records), "progress/total": total,
+        "progress/fraction": len(records) / total if total else 1.0,
+        "progress/memories_ready": memories_ready, "progress/conversations": conversations,
+        "progress/elapsed_s": round(elapsed_s, 3)}
+    for key in ("f1", "bleu1"):
+        values = [r[key] for r in records if r.get(key) is not None]
+        if values:
+            out[f"running/{key}"] = 100.0 * sum(values) / len(values)
+    for phase, counts in (usage or {}).items():
+        for key, value in (counts or {}).items():
+            if isinstance(value, (int, float)):
+                out[f"tokens/{phase}/{key}"] = value
+    return out
+
+
 def _cell(value):
     if isinstance(value, (list, tuple)):
         return ", ".join(str(v) for v in value)
@@ -80,8 +110,37 @@ def prediction_rows(run_dir: Path) -> tuple[list[str], list[list]]:
     return columns, [[_cell(r.get(c)) for c in columns] for r in records]
 
 
+RUN_ID_FILE = "wandb_run.json"
+
+
+def run_id_for(run_dir: Path) -> str:
+    """The wandb run id of `run_dir`: read from its wandb_run.json, or made and written there now,
+    so every later (resumed) job of the same run directory logs to the same wandb run."""
+    path = Path(run_dir) / RUN_ID_FILE
+    if path.is_file():
+        try:
+            run_id = json.loads(path.read_text(encoding="utf-8"))["id"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}: field 'id' unreadable ({e}); delete the file to start a new wandb run") from None
+        if not isinstance(run_id, str) or not run_id:
+            raise ValueError(f"{path}: field 'id' must be a non-empty string, got {run_id!r}")
+        return run_id
+    run_id = secrets.token_hex(8)  # wandb ids: letters and digits, unique per project
+    write_json_atomic(path, {"id": run_id})
+    return run_id
+
+
 class NullLogger:
     """Tracks nothing; the run's files are the record."""
+
+    def start(self, config: dict, run_dir: Path, name: str) -> None:
+        return None
+
+    def log_progress(self, metrics: dict) -> None:
+        return None
+
+    def abort(self) -> None:
+        return None
 
     def log_run(self, config: dict, summary: dict, run_dir: Path) -> None:
         return None
@@ -106,29 +165,58 @@ class WandbLogger:
         self.project, self.entity, self.mode, self.group = project, entity, mode, group
         self.tags, self.job_type, self.dir = list(tags or ()), job_type, dir
         self.log_predictions, self.log_figures = log_predictions, log_figures
+        self._run = None  # the wandb run between start() and log_run() / abort()
 
-    def _init(self, *, name: str, config: dict, group: str | None, job_type: str, default_dir: Path):
+    def _init(self, *, name: str, config: dict, group: str | None, job_type: str, default_dir: Path,
+              run_id: str | None = None):
         import wandb
 
-        wdir = self.dir or (None if os.environ.get("WANDB_DIR") else str(default_dir))
-        if wdir:
-            Path(wdir).mkdir(parents=True, exist_ok=True)
+        # Passed explicitly each time: wandb reads $WANDB_DIR once per process, so a later run
+        # of the same process (a multirun job) would otherwise keep the first one's folder.
+        wdir = self.dir or os.environ.get("WANDB_DIR") or str(default_dir)
+        Path(wdir).mkdir(parents=True, exist_ok=True)
+        resume = {"id": run_id, "resume": "allow"} if run_id else {}
         return wandb.init(project=self.project, entity=self.entity, name=name, group=group, tags=self.tags,
                           job_type=job_type, config=config, dir=wdir, mode=resolve_mode(self.mode),
-                          reinit="create_new")
+                          reinit="create_new", **resume)
+
+    def _group(self, run_dir: Path) -> str | None:
+        """`group`, else the sweep folder's name for a multirun job (results/runs/multirun/<sweep>/...)."""
+        if self.group is not None:
+            return self.group
+        parts = run_dir.resolve().parts
+        if "multirun" in parts:
+            i = parts.index("multirun")
+            return parts[i + 1] if i + 1 < len(parts) else None
+        return None
+
+    def start(self, config: dict, run_dir: Path, name: str) -> None:
+        """Open this run's wandb run (`name`: "<model>/<method>"), or continue the one its run
+        directory names in wandb_run.json."""
+        run_dir = Path(run_dir)
+        self._run = self._init(name=f"{name}/{run_dir.name}", config={**config, "run_dir": str(run_dir)},
+                               group=self._group(run_dir), job_type=self.job_type, default_dir=run_dir,
+                               run_id=run_id_for(run_dir))
+
+    def log_progress(self, metrics: dict) -> None:
+        if self._run is not None:
+            self._run.log(metrics)
+
+    def abort(self) -> None:
+        """Close the run as failed; what it logged stays, and a rerun continues it."""
+        run, self._run = self._run, None
+        if run is not None:
+            run.finish(exit_code=1)
 
     def log_run(self, config: dict, summary: dict, run_dir: Path) -> None:
         import wandb
 
         run_dir = Path(run_dir)
-        parts = run_dir.resolve().parts
-        group = self.group
-        if group is None and "multirun" in parts:  # results/runs/multirun/<time>/<model>/<method>/...
-            i = parts.index("multirun")
-            group = parts[i + 1] if i + 1 < len(parts) else None
-        run = self._init(name=f"{summary.get('model')}/{summary.get('method')}/{run_dir.name}",
-                         config={**config, "run_dir": str(run_dir)}, group=group, job_type=self.job_type,
-                         default_dir=run_dir)
+        run, self._run = self._run, None
+        if run is None:  # not started by the runner (e.g. a run logged after the fact)
+            run = self._init(name=f"{summary.get('model')}/{summary.get('method')}/{run_dir.name}",
+                             config={**config, "run_dir": str(run_dir)}, group=self._group(run_dir),
+                             job_type=self.job_type, default_dir=run_dir, run_id=run_id_for(run_dir))
         try:
             run.log(flat_metrics(summary))
             if self.log_predictions:

@@ -24,6 +24,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from tqdm import tqdm
@@ -32,6 +33,7 @@ from scgmem.api import Conversation, MemoryMethod
 from scgmem.api.paths import path_under
 from scgmem.data.locomo import scored_questions
 from scgmem.harness.cache import MemoryCache, memory_key
+from scgmem.harness.logger import progress_metrics
 from scgmem.harness.records import PredictionWriter, read_predictions, write_json_atomic
 from scgmem.llm.scheduler import BatchingFront
 from scgmem.scoring.metrics import evidence_recall
@@ -89,12 +91,14 @@ class Pipeline:
         cache: the memory cache.
         seed, answer_batch_size, answer_margin_tokens, questions_per_category, progress,
             parallel_conversations: see config.yaml.
+        on_progress: called with `logger.progress_metrics(...)` after every memory built and every
+            chunk of questions written, so a tracker sees a long run move (and what a crash left).
     """
 
     def __init__(self, *, llm, embedder, protocol, method_factory, run_dir: Path, cache: MemoryCache,
                  seed: int, answer_batch_size: int = 8, answer_margin_tokens: int = 16,
                  questions_per_category: int | None = None, progress: bool = True,
-                 parallel_conversations: int = 1) -> None:
+                 parallel_conversations: int = 1, on_progress: Callable[[dict], None] | None = None) -> None:
         check_run_settings(answer_batch_size, parallel_conversations)
         self._llm, self.embedder, self.protocol = llm, embedder, protocol
         self.front = BatchingFront(llm)
@@ -107,6 +111,7 @@ class Pipeline:
         self.answer_margin_tokens = answer_margin_tokens
         self.questions_per_category = questions_per_category
         self.progress = progress
+        self.on_progress = on_progress
         self.state = RunState()
 
     @property
@@ -202,10 +207,18 @@ class Pipeline:
         plan = [(c, scored_questions(c, self.protocol.categories, self.questions_per_category)) for c in conversations]
         total = sum(len(qs) for _, qs in plan)
         bar = tqdm(total=total, initial=len(done), desc="questions", disable=not self.progress)
+        started, memories = time.perf_counter(), [0]
+
+        def report() -> None:
+            if self.on_progress is not None:
+                self.on_progress(progress_metrics(records, total, memories[0], len(plan), self._llm.usage.snapshot(),
+                                                  time.perf_counter() - started))
 
         def conversation_job(conv, questions):
             def job():
                 method = self.build_memory(conv)
+                memories[0] += 1
+                report()
                 for start in range(0, len(questions), self.answer_batch_size):
                     chunk = questions[start:start + self.answer_batch_size]
                     if all((q.sample_id, q.index) in done for q in chunk):
@@ -216,6 +229,7 @@ class Pipeline:
                     writer.write(new)  # one job runs at a time, so lines never interleave
                     records.extend(new)
                     bar.update(len(new))
+                    report()
                 self.state.method_stats[conv.sample_id] = method.stats()
             return job
 

@@ -57,7 +57,7 @@ def _debug() -> bool:
 def _fail(message: str, run_dir: Path | None = None, fresh: bool = False) -> None:
     """Print one line and exit 2; remove the run dir if this run created it and wrote nothing else."""
     if run_dir is not None and fresh:
-        for name in (".hydra", "run.log", "run.json"):
+        for name in (".hydra", "run.log", "run.json", "wandb_run.json", "wandb"):
             target = run_dir / name
             if target.is_dir():
                 shutil.rmtree(target, ignore_errors=True)
@@ -166,6 +166,7 @@ def evaluate(cfg: DictConfig) -> dict:
     if problem:
         raise UsageError(problem)
     check_run_dir(run_dir, cfg)
+    logger = _instantiate(cfg.logger, f"logger={choices.get('logger')}")  # a bad logger fails before the model loads
 
     protocol_node, chat = split_protocol(cfg)
     protocol = _instantiate(protocol_node, "protocol", categories=categories)
@@ -190,15 +191,21 @@ def evaluate(cfg: DictConfig) -> dict:
         run_dir=run_dir, cache=MemoryCache(Path(cfg.run.cache_dir), cfg.run.use_memory_cache), seed=cfg.seed,
         answer_batch_size=cfg.run.answer_batch_size, answer_margin_tokens=cfg.run.answer_margin_tokens,
         questions_per_category=data.questions_per_category, progress=cfg.run.progress,
-        parallel_conversations=parallel,
+        parallel_conversations=parallel, on_progress=logger.log_progress,
     )
-    records = pipeline.run(conversations)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    logger.start(config, run_dir, name=f"{choices.get('model')}/{method_name}")
+    try:
+        records = pipeline.run(conversations)
+    except BaseException:  # a crash, a kill signal Python sees, Ctrl-C: keep what was logged, marked failed
+        logger.abort()
+        raise
     judged = run_judge(cfg, llm, records, run_dir, categories)
     summary = build_summary(
         records=records, state=pipeline.state, method_name=method_name, model_name=llm.name, protocol=protocol,
         categories=categories, seed=cfg.seed,
         data_info=data.summary_info(conversations, load_report),
-        llm_usage=llm.usage.snapshot(), config=OmegaConf.to_container(cfg, resolve=True),
+        llm_usage=llm.usage.snapshot(), config=config,
         model_load_s=load_s, generation=llm.generation_report(),
         oom=llm.oom.report() if hasattr(llm, "oom") else None,
     )
@@ -207,8 +214,7 @@ def evaluate(cfg: DictConfig) -> dict:
     summary["placement"] = placement
     summary["speed_changes"] = speed_changes(run_dir)  # batching changed on a resume (rundir.py)
     write_json_atomic(run_dir / "summary.json", summary)
-    logger = instantiate(cfg.logger)
-    logger.log_run(OmegaConf.to_container(cfg, resolve=True), summary, run_dir)
+    logger.log_run(config, summary, run_dir)
     avg = summary["average"]
     log.info("%s on %s: %d questions, average F1 %.2f BLEU-1 %.2f -> %s", method_name, llm.name,
              summary["n_questions"], avg["f1"] or 0.0, avg["bleu1"] or 0.0, run_dir / "summary.json")

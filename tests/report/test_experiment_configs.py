@@ -111,6 +111,9 @@ def test_cli_checks_accept_the_experiments_and_launchers():
     argv = ["-m", "+experiment=table1", "+launcher=joblib", "model=smollm2-135m,qwen2.5-3b", "logger=wandb"]
     assert check_overrides(argv, CONFIGS) is None
     assert "table9" in check_overrides(["+experiment=table9"], CONFIGS)
+    # a misspelt group would add an unread top-level value and run without the experiment
+    assert "no config group 'experment'" in check_overrides(["+experment=table1"], CONFIGS)
+    assert check_overrides(["++model.caps={a:1}", "+model.extra=1"], CONFIGS) is None  # values, not groups
 
 
 def _make_run_args(target: str, *make_args: str) -> list[str]:
