@@ -1,7 +1,7 @@
 """Expected hours of the reproduction sweeps on one H200 and on an 8-GPU node (docs/reproduce.md,
 "How long"), from committed numbers only; nothing is run or timed here.
 
-    .venv/bin/python scripts/reproduce_times.py            # the markdown tables of docs/reproduce.md
+    .venv/bin/python -m scripts.reproduce_times            # the markdown tables of docs/reproduce.md
 
 Inputs: the decode steps and prompt tokens of every method over all of LoCoMo, counted on the
 scripted LLM (results/bench/20261203-batching.json), and per-model H200 rates, a decode step at 16
@@ -14,13 +14,11 @@ no prefix-cache savings); float32 (the paper's setting, the experiments' default
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+from scripts.bench_batching import TABLE1_METHODS, h200_hours_measured
 
-from bench_batching import TABLE1_METHODS, h200_hours_measured  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 BATCHING = ROOT / "results" / "bench" / "20261203-batching.json"
 RATES = ROOT / "results" / "bench" / "20261204-h200-hours-from-device.json"

@@ -243,9 +243,10 @@ def test_locomo_category5_reference_and_bleu():
 
 
 def protocol_node(name: str):
-    """configs/protocol/<name>.yaml as the runner instantiates it: `chat` (the chat policy) goes to the model."""
-    cfg = OmegaConf.load(CONFIGS / f"{name}.yaml")
-    return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "chat"])
+    """configs/protocol/<name>.yaml as the runner instantiates it: `chat` (the chat policy) goes to the model,
+    `judge` to the judge (scgmem.harness.run.split_protocol)."""
+    from scgmem.harness.run import split_protocol
+    return split_protocol(OmegaConf.create({"protocol": OmegaConf.load(CONFIGS / f"{name}.yaml")}))[0]
 
 
 @pytest.mark.parametrize("name, cls", [("amem", AmemProtocol), ("locomo", LocomoProtocol)])

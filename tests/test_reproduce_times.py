@@ -3,15 +3,13 @@ docs/reproduce.md shows exactly what the script prints (so the stated times cann
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+from scripts import reproduce_times as times
 
-import reproduce_times as times  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_table1_jobs_add_up_to_the_committed_estimate():
@@ -39,4 +37,4 @@ def test_node_hours_bounds():
 
 def test_docs_state_the_scripts_numbers():
     doc = (ROOT / "docs" / "reproduce.md").read_text(encoding="utf-8")
-    assert times.report() in doc, "docs/reproduce.md: rerun scripts/reproduce_times.py and paste its tables"
+    assert times.report() in doc, "docs/reproduce.md: rerun python -m scripts.reproduce_times and paste its tables"
