@@ -1,4 +1,4 @@
-"""The layout's seams: methods (scgmem/core, scgmem/baselines) stand on the contract package scgmem.api
+"""The layout's seams: methods (scgmem/core, baselines) stand on the contract package scgmem.api
 and never reach into the loader or the runner, so a method can be read, tested and reused
 without LoCoMo's file format or the harness."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-METHOD_DIRS = ("scgmem/core", "scgmem/baselines")
+METHOD_DIRS = ("scgmem/core", "baselines")
 # What a method may not import: the dataset loader, the runner and scoring, the report.
 FORBIDDEN = ("scgmem.data", "scgmem.harness", "scgmem.scoring", "scgmem.report", "scgmem.run")
 
@@ -55,25 +55,39 @@ def test_the_llm_interface_depends_on_no_implementation():
     assert not [m for m in imports if m.startswith("scgmem.")], imports
 
 
-def test_the_only_installed_top_level_package_is_scgmem():
-    """pyproject installs the baselines as scgmem.baselines, never a generic top-level `baselines`
-    (a name other projects install too); every package folder is found, none outside scgmem."""
-    import tomllib
+def test_the_only_installed_top_level_package_is_scgmem(monkeypatch):
+    """setup.py installs the top-level baselines/ folder as scgmem.baselines, never as a generic
+    top-level `baselines` (a name other projects install too); every package folder is listed."""
+    import runpy
 
-    from setuptools import find_packages
+    import setuptools
 
-    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
-    packages = find_packages(str(ROOT), include=include)
+    seen = {}
+    monkeypatch.setattr(setuptools, "setup", lambda **kwargs: seen.update(kwargs))
+    monkeypatch.chdir(ROOT)
+    runpy.run_path(str(ROOT / "setup.py"))
+    packages = set(seen["packages"])
     assert {p.split(".")[0] for p in packages} == {"scgmem"}
-    assert {"scgmem.baselines", "scgmem.baselines.memorybank", "scgmem.baselines.rag"} <= set(packages)
-    on_disk = {".".join(init.parent.relative_to(ROOT).parts) for init in (ROOT / "scgmem").rglob("__init__.py")}
-    assert on_disk <= set(packages), sorted(on_disk - set(packages))
+    assert seen["package_dir"] == {"scgmem.baselines": "baselines"}
+    on_disk = {".".join(init.parent.relative_to(ROOT).parts) for folder in ("scgmem", "baselines")
+               for init in (ROOT / folder).rglob("__init__.py")}
+    as_installed = {"scgmem." + name if name.startswith("baselines") else name for name in on_disk}
+    assert {"scgmem.baselines", "scgmem.baselines.memorybank", "scgmem.baselines.rag"} <= as_installed
+    assert as_installed == packages, sorted(as_installed ^ packages)
+
+
+def test_a_source_tree_imports_its_own_baselines_folder():
+    """Without an install (PYTHONPATH=., as on the device machine) scgmem.baselines is the
+    top-level folder beside scgmem/, the same files an install maps."""
+    import scgmem.baselines
+
+    assert Path(scgmem.baselines.__file__).resolve() == ROOT / "baselines" / "__init__.py"
 
 
 def test_nothing_edits_sys_path():
     """Tools run as modules from the repository root (`python -m scripts.<name>`), so no file
     needs to put a folder on sys.path by hand."""
     edits = ("sys.path." + "insert", "sys.path." + "append")  # split, or this file would match itself
-    hits = [f"{p.relative_to(ROOT)}" for d in ("scgmem", "scripts", "experiments", "tests") for p in (ROOT / d).rglob("*.py")
+    hits = [f"{p.relative_to(ROOT)}" for d in ("scgmem", "baselines", "scripts", "experiments", "tests") for p in (ROOT / d).rglob("*.py")
             if any(edit in p.read_text(encoding="utf-8") for edit in edits)]
     assert not hits, hits

@@ -1,4 +1,4 @@
-"""A-MEM's reply parsers and fallback heuristics (scgmem/baselines/amem/prompts.py)."""
+"""A-MEM's reply parsers and fallback heuristics (baselines/amem/prompts.py)."""
 from __future__ import annotations
 
 import pytest

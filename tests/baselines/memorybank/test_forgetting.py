@@ -1,4 +1,4 @@
-"""MemoryBank's forgetting (scgmem/baselines/memorybank/forgetting.py): both curves by hand, strengthening,
+"""MemoryBank's forgetting (baselines/memorybank/forgetting.py): both curves by hand, strengthening,
 seeded replays, and what survives of conv-26."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MemoryBank (scgmem/baselines/memorybank/method.py): units, summaries, retrieval, cache; the forgetting curve is
+"""MemoryBank (baselines/memorybank/method.py): units, summaries, retrieval, cache; the forgetting curve is
 tested in test_memorybank_forgetting.py."""
 from __future__ import annotations
 

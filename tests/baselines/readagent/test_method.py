@@ -1,4 +1,4 @@
-"""ReadAgent (scgmem/baselines/readagent/method.py): pagination, gists, look-up, budget, cache, on canned and garbage LLM output."""
+"""ReadAgent (baselines/readagent/method.py): pagination, gists, look-up, budget, cache, on canned and garbage LLM output."""
 from __future__ import annotations
 
 import json

@@ -16,7 +16,7 @@ MemoryBank:
   alive, optional same-date neighbour merging up to `merge_chars` (CHUNK_SIZE=200), grouped by
   date in ascending order, under the global summary and the portrait.
 - Forgetting, the Ebbinghaus curve, in either of the authors' two versions (`forgetting_curve`,
-  scgmem/baselines/memorybank/forgetting.py): `paper` (R = exp(-t/S), S = level + 1 <= 3, deleted at
+  baselines/memorybank/forgetting.py): `paper` (R = exp(-t/S), S = level + 1 <= 3, deleted at
   30 days) or `code` (their later commit: R = exp(-t*S/5), S = 1 + recalls uncapped, no cutoff,
   a day's summary kept while any of its dialogs is). Each time the clock advances to a new date
   (every session; QA happens on the last session's date, so no extra pass) every unit gets its

@@ -5,7 +5,7 @@ Our reimplementation after the authors' demo notebook [R1] (read_agent_demo.ipyn
 docs/methods.md, section ReadAgent. The three steps:
 
 1. Pagination (one LLM call per page, sequential: each prompt shows the previous page;
-   `scgmem/baselines/readagent/pagination.py`): the model names the label where pausing is most
+   `baselines/readagent/pagination.py`): the model names the label where pausing is most
    natural.
 2. Gisting (one call per page, all pages of a conversation in one `generate` list).
 3. Look-up at question time: ReadAgent-P (one call listing up to `max_lookup_pages` pages in

@@ -5,7 +5,7 @@ Not LoCoMo's RAG and not in the paper's Table 1. Each turn is embedded as
 default); the question is embedded verbatim; the k (10, A-MEM's retrieve_k) best turns are
 printed in chronological order under DATE headers, cut to the token budget (lowest-ranked
 first). LoCoMo's own RAG (`evaluate_gpts.py`: date-prefixed units in rank order; dialogs,
-observations or session summaries) is `method=rag_locomo` (scgmem/baselines/rag/locomo.py).
+observations or session summaries) is `method=rag_locomo` (baselines/rag/locomo.py).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """ReadAgent's prompts (from the authors' demo notebook [R1]) and the parsers of its replies.
 
-What each step does and which fallbacks are counted: `scgmem/baselines/readagent/method.py` and
+What each step does and which fallbacks are counted: `baselines/readagent/method.py` and
 docs/methods.md, section ReadAgent.
 """
 from __future__ import annotations
