@@ -6,7 +6,7 @@ conversations one after another (run.parallel_conversations=1) and side by side 
 
 Counts are machine-independent: every method runs the whole pipeline (ingest, recall,
 answers) over all ten LoCoMo conversations on a scripted LLM whose replies depend on the
-prompt alone (tests/test_batching.py: `echo_reply`), so batching cannot change what a
+prompt alone (tests/harness/test_batching.py: `echo_reply`), so batching cannot change what a
 method computes, only how its requests meet. SCG-Mem's constrained calls need a real
 tokenizer and logits: they decode on the tiny random Llama of scgmem/llm/tiny_model.py, its free
 calls are scripted. `generate_calls` counts calls of the real `generate` (the front's

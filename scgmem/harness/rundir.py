@@ -34,7 +34,7 @@ IGNORED = {("run", "progress"), ("run", "cache_dir"), ("run", "use_memory_cache"
 
 
 # Settings that change only speed and memory: a resume may change them (recorded, see above).
-# configs/hydra/default.yaml keeps them out of job folder names too (tests/test_resume_sweep.py).
+# configs/hydra/default.yaml keeps them out of job folder names too (tests/harness/test_resume_settings.py).
 SPEED = {("run", "parallel_conversations"), ("run", "answer_batch_size"), ("model", "batch_size"),
          ("model", "max_batch_tokens"), ("model", "prefix_cache"), ("model", "prefix_cache_min_tokens"),
          ("model", "prefix_cache_max_tokens"), ("model", "memo_entries"), ("model", "sdpa_backends"),

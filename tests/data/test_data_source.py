@@ -6,7 +6,7 @@ import json
 from scgmem.api import DataSource
 from scgmem.data.locomo import LoCoMoSource
 from tests.data.toy_source import ToySource
-from tests.test_run_e2e import REQUIRED_FIELDS, scgmem_run
+from tests.harness.test_run_e2e import REQUIRED_FIELDS, scgmem_run
 
 
 def test_locomo_and_the_toy_implement_the_protocol(locomo_path):

@@ -10,7 +10,7 @@ import pytest
 
 from scgmem.api.paths import UnsafePath, is_safe_name, path_under
 from scgmem.data.locomo import DataError, load_locomo
-from tests.test_run_e2e import scgmem_run
+from tests.harness.test_run_e2e import scgmem_run
 
 BAD_IDS = ["../../evil", "/tmp/scgmem-absolute-evil", "conv/26", ""]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_run_e2e import ROOT, comparable, records, scgmem_run
+from tests.harness.test_run_e2e import ROOT, comparable, records, scgmem_run
 
 SWEEP = ["-m", "method=last_turns", "method.k=3,5", "data.samples=[conv-26]", "data.questions_per_category=2",
          "run.progress=false"]

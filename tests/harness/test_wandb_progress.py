@@ -12,8 +12,8 @@ from omegaconf import OmegaConf
 
 from scgmem.harness.logger import RUN_ID_FILE, NullLogger, WandbLogger, progress_metrics, run_id_for
 from tests.report import rec, write_run
-from tests.test_answer_format import _conversation_with_questions
-from tests.test_protocols import CATS
+from tests.scoring.test_answer_format import _conversation_with_questions
+from tests.scoring.test_protocols import CATS
 
 
 def test_run_id_is_made_once_and_read_back(tmp_path):
@@ -131,7 +131,7 @@ def test_a_resumed_run_directory_continues_the_same_wandb_run(tmp_path, monkeypa
 @pytest.mark.slow
 def test_scgmem_run_logs_progress_and_a_rerun_continues_the_run(tmp_path):
     """The runner's wiring, end to end on the embedded model (about 25 s a run)."""
-    from tests.test_run_e2e import FAST, scgmem_run
+    from tests.harness.test_run_e2e import FAST, scgmem_run
 
     env = {"WANDB_DIR": str(tmp_path / "wb"), "WANDB_MODE": "offline"}
     args = (*FAST, "data.questions_per_category=1", "logger=wandb", f"hydra.run.dir={tmp_path / 'run'}")

@@ -8,7 +8,7 @@ import pytest
 
 from scgmem.report.cli import main as report_main
 from scgmem.report.merge import MergeError, merge_runs
-from tests.test_run_e2e import comparable, records, scgmem_run
+from tests.harness.test_run_e2e import comparable, records, scgmem_run
 
 SLICE = ["method=last_turns", "method.k=5", "data.questions_per_category=1", "run.progress=false",
          "run.use_memory_cache=false"]

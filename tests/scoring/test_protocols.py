@@ -14,7 +14,7 @@ from scgmem.api import QA
 from scgmem.scoring import metrics
 from scgmem.scoring.protocols import NOT_MENTIONED, AmemProtocol, AnswerPrompt, LocomoProtocol
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "protocol"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "protocol"
 CATS = {1: "multi_hop", 2: "temporal", 4: "single_hop", 5: "adversarial"}
 CONTEXT = "DATE: 1:56 pm on 8 May, 2023\nCaroline: I went to a support group yesterday."
 

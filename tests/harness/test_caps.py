@@ -6,7 +6,7 @@ from hydra import compose, initialize_config_dir
 
 from scgmem.harness.run import split_protocol
 
-CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
+CONFIGS = str(Path(__file__).resolve().parents[2] / "configs")
 
 
 def composed(*overrides):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # The fields every predictions.jsonl line carries (the output contract).
 REQUIRED_FIELDS = ("sample_id", "qa_index", "category", "question", "reference", "prediction", "f1", "bleu1",
                    "evidence", "retrieved", "evidence_recall", "latency_s", "prompt_tokens")

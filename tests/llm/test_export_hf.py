@@ -10,7 +10,7 @@ import pytest
 
 from scgmem.llm.prepare import main as prepare_main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

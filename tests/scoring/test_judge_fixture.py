@@ -11,7 +11,7 @@ from experiments.judge_agreement import judge_fixture, read_fixture, report
 from scgmem.llm.fake import ScriptedLLM
 from scgmem.scoring.judge import NOT_MENTIONED, agreement
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "judge_labelled.jsonl"
 
 

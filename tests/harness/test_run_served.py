@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.llm.servers import RealServer, ScriptedServer, completion, free_port
-from tests.test_run_e2e import REQUIRED_FIELDS, comparable, records, run_until_killed, scgmem_run
+from tests.harness.test_run_e2e import REQUIRED_FIELDS, comparable, records, run_until_killed, scgmem_run
 
 SMALL = ["data.samples=[conv-26]", "data.max_sessions=1", "data.questions_per_category=1", "run.progress=false"]
 

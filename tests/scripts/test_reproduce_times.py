@@ -9,7 +9,7 @@ import pytest
 
 from scripts import reproduce_times as times
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_table1_jobs_add_up_to_the_committed_estimate():
