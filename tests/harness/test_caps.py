@@ -72,3 +72,12 @@ def test_a_served_model_refuses_an_unknown_profile():
 
     with pytest.raises(ValueError, match="model.cap_profile='big'"):  # before any request to the server
         OpenAICompatibleLLM("http://127.0.0.1:9/v1", "m", cap_profile="big")
+
+
+def test_the_local_backend_reports_its_profile_and_refuses_an_unknown_one(tiny_model_dir):
+    from scgmem.llm import LLM
+
+    report = LLM(name="tiny", path=str(tiny_model_dir), cap_profile="paper").generation_report()
+    assert report["cap_profile"] == "paper" and "caps" not in report  # summary.json "generation"
+    with pytest.raises(ValueError, match="model.cap_profile='big'"):
+        LLM(name="tiny", path=str(tiny_model_dir), cap_profile="big")
