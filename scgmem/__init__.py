@@ -22,3 +22,9 @@ class _SourceBaselinesFinder(importlib.abc.MetaPathFinder):
 if (_SOURCE_BASELINES / "__init__.py").is_file() and (_SOURCE_BASELINES.parent / "pyproject.toml").is_file() and not any(
         isinstance(finder, _SourceBaselinesFinder) for finder in sys.meta_path):
     sys.meta_path.insert(0, _SourceBaselinesFinder())
+
+# `${cap:...}` in the method and protocol configs (scgmem/config_resolvers.py): registered on import,
+# before any config that holds one is resolved.
+from scgmem.config_resolvers import register as _register_config_resolvers  # noqa: E402
+
+_register_config_resolvers()

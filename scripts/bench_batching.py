@@ -144,11 +144,13 @@ def estimate_from_device(batching: dict, throughput: dict) -> dict:
 def count_prefill(model) -> dict:
     """Feed every `generate` call of `model` to two prefill counters (rows grouped by shared
     prefix, and plain length-sorted batches), with the batching limits of a Table 1 config."""
-    from omegaconf import OmegaConf
+    from hydra import compose, initialize_config_dir
 
     from scgmem.llm.batch_plan import PrefillCounter
 
-    config = OmegaConf.load(ROOT / "configs" / "model" / "qwen2.5-3b.yaml")
+    # composed, not loaded: the model file takes its batching limits from configs/model/base/paper.yaml
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        config = compose("config", overrides=["model=qwen2.5-3b"]).model
     limits = dict(batch_size=config.batch_size, max_batch_tokens=config.max_batch_tokens,
                   min_tokens=config.prefix_cache_min_tokens, cache_tokens=config.prefix_cache_max_tokens)
     counters = {"prefilled_tokens": PrefillCounter(**limits),

@@ -53,9 +53,6 @@ SHAPES = {
 METHODS = ["full_context", "rag", "scgmem", "readagent", "memorybank", "memgpt", "amem"]
 # Random weights never emit EOS, so every call runs to its cap: the check caps every call at
 # `--cap` tokens (recorded in the JSON) to fit four shapes x seven methods in its time.
-CAP_KEYS = ["amem_answer_tokens", "amem_analyze_tokens", "amem_retry_tokens", "amem_decision_tokens",
-            "amem_strengthen_tokens", "amem_update_tokens", "amem_query_tokens", "memgpt_step_tokens",
-            "memgpt_summary_tokens", "readagent_gist_tokens", "scgmem_free_tokens"]
 SPECIALS = {"qwen": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
             "llama": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]}
 TEMPLATES = {
@@ -219,9 +216,16 @@ def run_method(cfg_overrides: list[str], run_dir: Path) -> dict:
 
 
 def cap_overrides(cap: int, method: str) -> list[str]:
+    """`cap` for every call the configs cap per profile (a `${cap:...}` value, scgmem/config_resolvers.py):
+    the answers of the default protocol (amem) and `method`'s own calls; MemoryBank's summaries too."""
     if cap <= 0:
         return []
-    out = [f"++model.caps.{key}={cap}" for key in CAP_KEYS]
+    from omegaconf import OmegaConf
+
+    from scgmem.config_resolvers import capped_keys
+
+    out = [f"protocol.{key}={cap}" for key in capped_keys(OmegaConf.load(ROOT / "configs" / "protocol" / "amem.yaml"))]
+    out += [f"method.{key}={cap}" for key in capped_keys(OmegaConf.load(ROOT / "configs" / "method" / f"{method}.yaml"))]
     return out + ([f"method.summary_max_new_tokens={cap}"] if method == "memorybank" else [])
 
 
@@ -258,8 +262,8 @@ def check_shape(name: str, args, corpus: list[str], embedder_dir: Path, deadline
     if name == "tiny":
         base.append(f"model.context_window={shape['context_window']}")
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        # the jobs' model node (their caps included), so that every job reuses this one load
-        model_cfg = compose("config", overrides=[*base, *cap_overrides(args.cap, "")]).model
+        # the jobs' model node (the caps are method and protocol values), so that every job reuses this one load
+        model_cfg = compose("config", overrides=base).model
     start = time.perf_counter()
     llm = runner._shared("model", model_cfg, f"model={model_choice}")  # the jobs below reuse this load
     result["load_s"] = round(time.perf_counter() - start, 1)

@@ -54,7 +54,14 @@ ADDED = {
     # scores were in the weights' dtype; float32 scores on float32 weights are the same numbers
     "model.score_dtype": lambda cur: cur.get("model.score_dtype") if cur.get("model.dtype") in ("float32", "fp32")
     else "model",
+    # The caps moved from the model configs (model.caps.*) into the method and protocol configs, which
+    # state one per profile (issue 27). The profile only picks values that are compared resolved
+    # (method.*_tokens, protocol.max_new_tokens), so a run made before it compares as if it held today's.
+    "model.cap_profile": lambda cur: cur["model.cap_profile"],
 }
+# Settings that no longer exist, by prefix: a stored run.json drops them. model.caps.* named the
+# caps the method and protocol configs read; their resolved values are compared where they act.
+RETIRED = ("model.caps.",)
 # Classes that moved to another module: a run.json naming the old path names the same class.
 MOVED = {"scgmem.embedder.Embedder": "scgmem.llm.embedder.Embedder",
          # the top-level package `baselines` became scgmem.baselines, its families subpackages (issue 27)
@@ -69,9 +76,10 @@ MOVED = {"scgmem.embedder.Embedder": "scgmem.llm.embedder.Embedder",
 
 
 def upgraded(previous: dict, current: dict) -> dict:
-    """A stored run.json config read with today's names: moved targets renamed, added settings
-    filled with the value that reproduces the older code."""
-    out = {k: MOVED.get(v, v) if k.endswith("_target_") and isinstance(v, str) else v for k, v in previous.items()}
+    """A stored run.json config read with today's names: moved targets renamed, retired settings
+    dropped, added settings filled with the value that reproduces the older code."""
+    out = {k: MOVED.get(v, v) if k.endswith("_target_") and isinstance(v, str) else v for k, v in previous.items()
+           if not k.startswith(RETIRED)}
     for key, before in ADDED.items():
         if key not in out and key in current:
             out[key] = before(current)

@@ -26,6 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList, StoppingCriteriaList
 from transformers.generation.stopping_criteria import StopStringCriteria
 
+from scgmem.config_resolvers import DEFAULT_CAP_PROFILE, check_cap_profile
 from scgmem.llm.attention import attention_kernels, check_backends
 from scgmem.llm.batch_plan import split_call
 from scgmem.llm.chat_template import DEFAULT_DATE, DEFAULT_SYSTEM_PROMPT, ChatPolicy, render_messages, template_report
@@ -63,8 +64,8 @@ class LLM(TokenizerFacts):
         system_prompt / date: the chat policy (`scgmem.llm.chat_template`): the system message of
             every conversation that has none, and the date shown to templates that read one.
             The protocol sets its own (`set_chat_policy`).
-        caps: per-model generation caps the method and protocol configs read (`model.caps.*`);
-            kept here only to be reported.
+        cap_profile: which of the generation caps the method and protocol configs state per profile
+            apply to this model ("embedded" | "paper", `scgmem.config_resolvers`); kept here only to be reported.
         prefix_cache: keep the KV states of shared prompt prefixes and prefill them once
             (`scgmem.llm.prefix_cache`); same outputs up to float rounding. Not used with beam search.
         prefix_cache_min_tokens / prefix_cache_max_tokens: shortest prefix worth reusing; most
@@ -99,7 +100,7 @@ class LLM(TokenizerFacts):
         cache_dir: str | None = None,
         system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
         date: str = DEFAULT_DATE,
-        caps: dict | None = None,
+        cap_profile: str = DEFAULT_CAP_PROFILE,
         num_threads: int | None = None,
         prefix_cache: bool = True,
         prefix_cache_min_tokens: int = 64,
@@ -124,7 +125,7 @@ class LLM(TokenizerFacts):
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens
         self.chat = ChatPolicy(system_prompt, date)
-        self.caps = dict(caps or {})
+        self.cap_profile = check_cap_profile(cap_profile)
         self.usage = UsageMeter()
         self.settings_log = SettingsLog()
         model_dir = resolve_model_dir(path, gguf_package=gguf_package, gguf_dir=gguf_dir,
@@ -221,9 +222,9 @@ class LLM(TokenizerFacts):
 
     def generation_report(self) -> dict:
         """For summary.json: effective settings per call kind, the checkpoint defaults that were
-        neutralised, the chat policy with the template hashes, and the caps of this model."""
+        neutralised, the chat policy with the template hashes, and the cap profile of this model."""
         return {"calls": self.settings_log.report(), "neutralised_model_defaults": self.model_generation_defaults,
-                "chat_template": template_report(self.tokenizer, self.chat), "caps": self.caps,
+                "chat_template": template_report(self.tokenizer, self.chat), "cap_profile": self.cap_profile,
                 "attn_implementation": self.attn_implementation, "score_dtype": self.score_dtype,
                 **({"static_decode": self.static.report()} if self.static is not None else {})}
 

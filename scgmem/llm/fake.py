@@ -48,7 +48,7 @@ class ScriptedLLM:
         self.chat = policy
 
     def generation_report(self) -> dict:
-        return {"calls": {}, "neutralised_model_defaults": {}, "chat_template": None, "caps": {}}
+        return {"calls": {}, "neutralised_model_defaults": {}, "chat_template": None}
 
     @property
     def eos_ids(self) -> list[int]:

@@ -36,6 +36,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
+from scgmem.config_resolvers import DEFAULT_CAP_PROFILE, check_cap_profile
 from scgmem.llm.backend import Generation
 from scgmem.llm.chat_template import ChatPolicy, render_messages
 from scgmem.llm.generation import SettingsLog
@@ -62,7 +63,8 @@ class OpenAICompatibleLLM:
         top_p / seed: sent with every request (seed: the default for greedy calls).
         prefill: send a primed assistant prefix with continue_final_message (vLLM/SGLang).
         logprobs: ask for token log-probabilities (Generation.logprob); not every server has them.
-        caps: per-model generation caps the method configs read (`model.caps.*`).
+        cap_profile: which generation caps of the method configs apply ("embedded" | "paper",
+            `scgmem.config_resolvers`); kept only to be reported.
         api: "chat" (messages; the server's template) or "completions" (the locally rendered text;
             needs `tokenizer`).
     """
@@ -73,7 +75,7 @@ class OpenAICompatibleLLM:
     def __init__(self, base_url: str, model_id: str, *, name: str | None = None, api_key_env: str | None = None,
                  tokenizer: str | None = None, context_window: int = 8192, max_concurrency: int = 8,
                  timeout_s: float = 300.0, retries: int = 5, backoff_s: float = 1.0, top_p: float = 1.0,
-                 seed: int = 0, prefill: bool = False, logprobs: bool = False, caps: dict | None = None,
+                 seed: int = 0, prefill: bool = False, logprobs: bool = False, cap_profile: str = DEFAULT_CAP_PROFILE,
                  api: str = "chat") -> None:
         if not base_url or base_url == "???":
             raise ValueError("model.base_url is required, e.g. model.base_url=http://127.0.0.1:8000/v1")
@@ -86,6 +88,7 @@ class OpenAICompatibleLLM:
                              "set model.tokenizer to the served model's folder or hub id")
         if max_concurrency < 1:
             raise ValueError(f"model.max_concurrency must be >= 1, got {max_concurrency}")
+        check_cap_profile(cap_profile)
         key = None
         if api_key_env:
             key = os.environ.get(api_key_env)
@@ -100,7 +103,7 @@ class OpenAICompatibleLLM:
         self.context_window = int(context_window)
         self.max_concurrency = int(max_concurrency)
         self.top_p, self.seed, self.prefill, self.logprobs = float(top_p), int(seed), bool(prefill), bool(logprobs)
-        self.caps = dict(caps or {})
+        self.cap_profile = cap_profile
         self.api = api
         self.client = JsonClient(self.base_url, api_key=key, timeout_s=timeout_s, retries=retries,
                                  backoff_s=backoff_s)
@@ -201,7 +204,7 @@ class OpenAICompatibleLLM:
 
     def generation_report(self) -> dict:
         return {"calls": self.settings_log.report(), "neutralised_model_defaults": {},
-                "chat_template": {**self.chat.as_dict(), "applied_by": "server"}, "caps": self.caps,
+                "chat_template": {**self.chat.as_dict(), "applied_by": "server"}, "cap_profile": self.cap_profile,
                 "server": {"models_reported": sorted(self.served_models), "model_id": self.model_id,
                            "api": self.api, "prefill": self.prefill, "max_concurrency": self.max_concurrency,
                            "tokenizer": "local" if self.tokenizer is not None else "server /tokenize"}}

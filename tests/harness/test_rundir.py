@@ -102,3 +102,29 @@ def test_the_committed_runs_started_before_the_move_resume(tmp_path):
         copy.mkdir()
         shutil.copy(run / "run.json", copy)
         check_run_dir(Path(copy), cfg)
+
+
+def test_a_run_made_while_the_model_configs_held_the_caps_resumes(tmp_path):
+    """run.json of `model=qwen2.5-1.5b method=amem` written at f9a0918, when the model config held the
+    caps (model.caps.*, now stated per profile by the method and protocol configs): today's config of
+    the same choices resumes it; a cap that resolves differently is still refused."""
+    import shutil
+
+    from hydra import compose, initialize_config_dir
+
+    from scgmem.harness.scripted import CONFIG_DIR
+
+    fixture = CONFIG_DIR.parent / "tests" / "fixtures" / "run_json_f9a0918_qwen2.5-1.5b_amem.json"
+    assert '"model.caps.amem_update_tokens": 1000' in fixture.read_text()
+
+    def resume(*overrides):
+        shutil.copy(fixture, tmp_path / "run.json")
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose("config", overrides=["model=qwen2.5-1.5b", "method=amem", *overrides])
+        check_run_dir(tmp_path, cfg)
+
+    resume()
+    with pytest.raises(RunDirMismatch, match="method.analyze_tokens: 384 -> 96"):
+        resume("model.cap_profile=embedded")
+    with pytest.raises(RunDirMismatch, match="protocol.max_new_tokens: 128 -> 64"):
+        resume("protocol.max_new_tokens=64")

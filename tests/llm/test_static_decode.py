@@ -68,7 +68,7 @@ def test_shards_merge_their_static_decode_counts(tmp_path):
     from scgmem.report.merge_fields import check_same_settings, merged_generation
 
     def report(batches, graphs, shapes):
-        return {"generation": {"caps": {}, "attn_implementation": "gqa_sdpa", "calls": {},
+        return {"generation": {"cap_profile": "paper", "attn_implementation": "gqa_sdpa", "calls": {},
                                "static_decode": {"compile": True, "batches": batches, "shapes": shapes,
                                                  "compiled_graphs": graphs}}}
     a, b = report(3, 2, [[1, 256]]), report(5, 1, [[1, 256], [8, 512]])

@@ -113,7 +113,7 @@ def test_cli_checks_accept_the_experiments_and_launchers():
     assert "table9" in check_overrides(["+experiment=table9"], CONFIGS)
     # a misspelt group would add an unread top-level value and run without the experiment
     assert "no config group 'experment'" in check_overrides(["+experment=table1"], CONFIGS)
-    assert check_overrides(["++model.caps={a:1}", "+model.extra=1"], CONFIGS) is None  # values, not groups
+    assert check_overrides(["++model.cap_profile=paper", "+model.extra=1"], CONFIGS) is None  # values, not groups
 
 
 def _make_run_args(target: str, *make_args: str) -> list[str]:
