@@ -10,7 +10,8 @@ from scgmem.harness.rundir import comparable_settings
 # Summary fields that fix what a number means; shards must agree on every one of them.
 SAME_FIELDS = ("method", "model", "protocol", "protocol_settings", "seed", "category_mapping", "versions")
 # Inside "generation": per call kind, how often it ran and which values it saw add up; its settings,
-# the chat template and the caps must agree. The template probe renders the shard's first prompt.
+# the chat template and the cap profile must agree (the caps themselves are the config's method and
+# protocol values, compared as settings). The template probe renders the shard's first prompt.
 GENERATION_TALLIES = ("calls", "max_new_tokens", "temperature", "stop")
 TEMPLATE_PROBE = ("probe", "probe_sha256")
 
