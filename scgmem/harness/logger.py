@@ -33,14 +33,15 @@ import secrets
 from pathlib import Path
 
 from scgmem.harness.records import write_json_atomic
+from scgmem.scoring.metric_table import answer_metrics, fraction_metrics
 
 log = logging.getLogger(__name__)
 
 MODES = ("online", "offline", "disabled")
 # Prediction fields shown as table columns, in this order; lists are joined, others dropped.
-TABLE_COLUMNS = ("sample_id", "qa_index", "category", "question", "reference", "prediction", "f1", "bleu1",
-                 "evidence_recall", "evidence", "retrieved", "latency_s", "prompt_tokens", "seed_keys",
-                 "context_keys")
+TABLE_COLUMNS = ("sample_id", "qa_index", "category", "question", "reference", "prediction",
+                 *(m.name for m in answer_metrics()), *(m.name for m in fraction_metrics()),
+                 "evidence", "retrieved", "latency_s", "prompt_tokens", "seed_keys", "context_keys")
 
 
 def resolve_mode(mode: str | None) -> str:
@@ -55,7 +56,7 @@ def flat_metrics(summary: dict) -> dict[str, float | int]:
     """The numbers of a summary.json under wandb keys, e.g. {"multi_hop/f1": 12.5, "average/f1": ...}."""
     out: dict[str, float | int] = {}
     for cat, values in (summary.get("categories") or {}).items():
-        for key in ("f1", "bleu1", "evidence_recall", "n"):
+        for key in (*(m.name for m in answer_metrics()), *(m.name for m in fraction_metrics()), "n"):
             if values.get(key) is not None:
                 out[f"{cat}/{key}"] = values[key]
     for key, value in (summary.get("average") or {}).items():
@@ -84,7 +85,7 @@ def progress_metrics(records: list[dict], total: int, memories_ready: int, conve
         "progress/fraction": len(records) / total if total else 1.0,
         "progress/memories_ready": memories_ready, "progress/conversations": conversations,
         "progress/elapsed_s": round(elapsed_s, 3)}
-    for key in ("f1", "bleu1"):
+    for key in (m.name for m in answer_metrics()):
         values = [r[key] for r in records if r.get(key) is not None]
         if values:
             out[f"running/{key}"] = 100.0 * sum(values) / len(values)

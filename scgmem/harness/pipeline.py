@@ -284,7 +284,7 @@ class Pipeline:
             record = {
                 "sample_id": q.sample_id, "qa_index": q.index, "category": q.category,
                 "question": q.question, "reference": self.protocol.reference(q), "prediction": answer,
-                "f1": scores["f1"], "bleu1": scores["bleu1"], **fields,
+                **scores, **fields,  # scores: the answer metrics, in the metric table's order
                 **({"bertscore_f1": bert} if bert is not None else {}),
                 "evidence": list(q.evidence), "retrieved": list(r.dia_ids),
                 "evidence_recall": evidence_recall(q.evidence, r.dia_ids),

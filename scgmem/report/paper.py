@@ -25,10 +25,12 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
-METRICS = ("f1", "bleu1")
+from scgmem.scoring.metric_table import table_metrics, titles
+
+METRICS = table_metrics()  # the columns of every table and figure (scgmem/scoring/metric_table.py)
 # The LLM judge's accuracy (scgmem-report judge); a column only where a run was judged. The paper has none.
 JUDGE = "judge"
-METRIC_TITLES = {"f1": "F1", "bleu1": "BLEU-1", JUDGE: "J"}
+METRIC_TITLES = {**titles(), JUDGE: "J"}
 CATEGORY_TITLES = {"multi_hop": "Multi-hop", "temporal": "Temporal", "open_domain": "Open-domain",
                    "single_hop": "Single-hop", "adversarial": "Adversarial", "average": "Average",
                    "overall_weighted": "Overall (weighted)"}

@@ -42,6 +42,8 @@ from nltk.stem import PorterStemmer
 from nltk.tokenize import word_tokenize
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
+from scgmem.scoring.metric_table import OPTIONAL, fraction_metrics, percent_metrics, table_metrics
+
 # Bump on any change that can move a score; written into every summary.
 METRICS_VERSION = "1.0"
 
@@ -206,7 +208,8 @@ def aggregate(records: Iterable[Mapping], categories: Mapping[int, str]) -> dict
             raise ValueError(f"aggregate: record category {cat!r} is not in categories {dict(categories)!r}")
         by_cat[cat].append(r)
     every = [r for rows in by_cat.values() for r in rows]
-    keys = ["f1", "bleu1"] + (["bertscore_f1"] if any("bertscore_f1" in r for r in every) else [])
+    # The table's percent metrics (F1, BLEU-1, ...); an optional one (BERTScore) only when computed.
+    keys = [m.name for m in percent_metrics() if m.source != OPTIONAL or any(m.name in r for r in every)]
 
     def percent(rows: list[Mapping], key: str) -> float | None:
         mean = _mean_or_none([float(r[key]) for r in rows if r.get(key) is not None])
@@ -218,8 +221,8 @@ def aggregate(records: Iterable[Mapping], categories: Mapping[int, str]) -> dict
         out["categories"][name] = {
             "n": len(rows),
             **{key: percent(rows, key) for key in keys},
-            "evidence_recall": _mean_or_none(
-                [float(r["evidence_recall"]) for r in rows if r.get("evidence_recall") is not None]),
+            **{m.name: _mean_or_none([float(r[m.name]) for r in rows if r.get(m.name) is not None])
+               for m in fraction_metrics()},
         }
     scored = [c for c in out["categories"].values() if c["n"] > 0]
     for key in keys:
@@ -317,7 +320,8 @@ def average_ci(records: list[dict], categories: dict[int, str], key: str, n_resa
 
 def category_cis(records: Iterable[Mapping], categories: Mapping[int, str], n_resamples: int = 1000,
                  seed: int = 0, alpha: float = 0.05) -> dict:
-    """Per-category bootstrap CIs of F1 and BLEU-1 over questions, in percent.
+    """Per-category bootstrap CIs over questions, in percent, of the report's metrics
+    (metric_table.table_metrics(): F1 and BLEU-1).
 
     Returns {name: {"f1": [low, high], "bleu1": [low, high]}}; None for empty categories.
     """
@@ -328,7 +332,7 @@ def category_cis(records: Iterable[Mapping], categories: Mapping[int, str], n_re
         out[name] = {
             key: (list(bootstrap_ci([100.0 * float(r[key]) for r in cat_rows], n_resamples, seed, alpha))
                   if cat_rows else None)
-            for key in ("f1", "bleu1")
+            for key in table_metrics()
         }
     return out
 

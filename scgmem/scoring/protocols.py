@@ -31,7 +31,7 @@ Example::
     [[gen]] = llm.generate([text], max_new_tokens=prompt.max_new_tokens,
                            temperature=prompt.temperature, seeds=[seed])
     answer, extra = protocol.extract_answer(gen.text, prompt)     # extra: {"reply", "answer_parsed"} (json)
-    scores = protocol.score(qa, answer, options=prompt.options)   # {"f1", "bleu1"} in 0..1
+    scores = protocol.score(qa, answer, options=prompt.options)   # {"f1", "bleu1"} in 0..1 (metric_table.py)
 """
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ import numpy as np
 
 from scgmem.api import OFFICIAL_CATEGORIES, QA
 from scgmem.scoring import metrics
+from scgmem.scoring.metric_table import answer_metrics
 from scgmem.scoring.answer_format import (ANSWER_FORMATS, JSON_PREFIX, JSON_SCHEMA_LINE, JSON_SYSTEM,
                                           answer_format_note, extract_json_answer)
 from scgmem.scoring.bertscore import PEER_MODEL, BertScorer
@@ -172,10 +173,23 @@ class Protocol(abc.ABC):
     def reference(self, qa: QA) -> str:
         """The string the answer is scored against (written to predictions.jsonl)."""
 
-    @abc.abstractmethod
     def score(self, qa: QA, prediction: str, options: Sequence[str] | None = None) -> dict:
-        """{"f1": float, "bleu1": float}, both in 0..1. `options` (AnswerPrompt.options)
-        matters only where the protocol maps an option letter back to its text."""
+        """Every answer metric of the metric table (scgmem/scoring/metric_table.py), each in 0..1:
+        those with this protocol's own rule from `own_scores`, the others from their table function.
+        `options` (AnswerPrompt.options) matters only where the protocol maps an option letter back
+        to its text."""
+        scores = self.own_scores(qa, prediction, options)
+        for metric in answer_metrics():
+            if metric.name not in scores:
+                if metric.function is None:
+                    raise ValueError(f"{type(self).__name__}: answer metric {metric.name!r} has no "
+                                     "function in scgmem/scoring/metric_table.py and the protocol does not score it")
+                scores[metric.name] = metric.function(prediction, self.reference(qa))
+        return {metric.name: scores[metric.name] for metric in answer_metrics()}
+
+    @abc.abstractmethod
+    def own_scores(self, qa: QA, prediction: str, options: Sequence[str] | None = None) -> dict:
+        """The answer metrics this protocol scores by its own rules: {"f1", "bleu1"} in 0..1."""
 
     def _prompt(self, content: str, category: int, options: list[str] | None) -> AnswerPrompt:
         """The AnswerPrompt of a finished user prompt, in this protocol's answer format."""
@@ -291,7 +305,7 @@ class AmemProtocol(Protocol):
             return _cat5_distractor(qa)  # A-MEM load_dataset.py final_answer
         return str(qa.answer) if qa.answer is not None else NOT_MENTIONED
 
-    def score(self, qa: QA, prediction: str, options: Sequence[str] | None = None) -> dict:
+    def own_scores(self, qa: QA, prediction: str, options: Sequence[str] | None = None) -> dict:
         ref = self.reference(qa)
         return {"f1": metrics.f1_amem(prediction, ref), "bleu1": metrics.bleu1(prediction, ref)}
 
@@ -371,7 +385,7 @@ class LocomoProtocol(Protocol):
             return options[0] if "a" in text else options[1]
         return options[0] if "(a)" in text else options[1]
 
-    def score(self, qa: QA, prediction: str, options: Sequence[str] | None = None) -> dict:
+    def own_scores(self, qa: QA, prediction: str, options: Sequence[str] | None = None) -> dict:
         category = self._check_category(qa)
         ref = self.reference(qa)
         if category == 5:
