@@ -19,6 +19,7 @@ sweep_dir = $(or $(SWEEP),$(OUT)/multirun/$(1))
 
 .DEFAULT_GOAL := help
 .PHONY: help install data prepare-model run test test-slow bench bench-full clean device-check device-wheels \
+        bench-attention bench-score-head bench-gpu-shared reproduce-times locomo-audit \
         reproduce-table1 reproduce-table2 reproduce-fig3 reproduce-fig4 report
 
 help: ## list the targets
@@ -69,6 +70,22 @@ bench: ## speed benchmark: prints ratios, writes results/bench/<timestamp>.json
 
 bench-full: ## the benchmark plus a full LoCoMo SCG-Mem run
 	BENCH_FULL=1 $(BIN)/python -m scripts.bench
+
+bench-attention: ## decode step per attention implementation, eager and compiled, on this CPU (scripts/bench_attention.py)
+	OMP_NUM_THREADS=1 $(BIN)/python -m scripts.bench_attention --compiled
+
+bench-score-head: ## what the float32 output head costs on a bf16 model (scripts/bench_score_head.py)
+	OMP_NUM_THREADS=1 $(BIN)/python -m scripts.bench_score_head
+
+bench-gpu-shared: ## GPU: aggregate throughput of 1 vs 4 jobs on one GPU into results/device/gpu_shared (scripts/bench_gpu_shared.py)
+	$(BIN)/python -m scripts.bench_gpu_shared --out results/device/gpu_shared --jobs 1,4
+
+reproduce-times: ## expected hours of the reproduction sweeps, from committed rates (docs/reproduce.md)
+	$(BIN)/python -m scripts.reproduce_times
+
+AUDIT ?= /tmp/locomo-audit
+locomo-audit: ## rebuild scgmem/data/locomo_audit.json from a clone of dial481/locomo-audit at AUDIT (scripts/build_locomo_audit.py)
+	$(BIN)/python -m scripts.build_locomo_audit --audit $(AUDIT) --data data/locomo10.json
 
 reproduce-table1: ## Table 1: MODELS x six methods (Hydra multirun), then the report
 	$(RUN) -m +experiment=table1 model=$(MODELS) $(SLICE) hydra.sweep.dir=$(call sweep_dir,table1)

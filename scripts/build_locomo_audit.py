@@ -2,7 +2,7 @@
 
     git clone https://github.com/dial481/locomo-audit /tmp/locomo-audit
     git -C /tmp/locomo-audit checkout 9493fb4b4af4256ed17a18e8fd0b3cfdeec29539
-    python scripts/build_locomo_audit.py --audit /tmp/locomo-audit --data data/locomo10.json
+    python -m scripts.build_locomo_audit --audit /tmp/locomo-audit --data data/locomo10.json   # or: make locomo-audit
 
 Reads audit/errors_conv_<i>.json (i = 0..9; the audit's `locomo_<i>` is the i-th sample of
 locomo10.json, `qa<j>` the j-th entry of its `qa` list), checks every entry against

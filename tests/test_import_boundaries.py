@@ -4,6 +4,7 @@ without LoCoMo's file format or the harness."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,20 @@ def test_nothing_edits_sys_path():
     hits = [f"{p.relative_to(ROOT)}" for d in ("scgmem", "baselines", "scripts", "experiments", "tests") for p in (ROOT / d).rglob("*.py")
             if any(edit in p.read_text(encoding="utf-8") for edit in edits)]
     assert not hits, hits
+
+
+def test_every_script_is_wired_into_make():
+    """scripts/ holds only the tools make runs (one-off analyses live in experiments/): each module
+    is a make target's command, or a helper another wired script imports or runs."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    scripts = {p.stem: p.read_text(encoding="utf-8") for p in (ROOT / "scripts").glob("*.py") if p.stem != "__init__"}
+    shell = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "scripts").glob("*.sh"))
+    wired = {name for name in scripts if f"scripts.{name}" in makefile or f"scripts/{name}" in makefile}
+    changed = True
+    while changed:  # helpers of wired scripts, transitively
+        used = {name for name in scripts for user in wired | {"_shell"}
+                if name not in wired and (user == "_shell" and f"scripts.{name}" in shell and "device_check" in makefile
+                                          or user != "_shell" and re.search(rf"\bscripts(\.{name}\b| import .*\b{name}\b)", scripts[user]))}
+        changed = bool(used)
+        wired |= used
+    assert set(scripts) == wired, sorted(set(scripts) - wired)
