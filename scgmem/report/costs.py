@@ -15,6 +15,7 @@ from pathlib import Path
 
 from scgmem.report.collect import SUMMARY, Run
 from scgmem.report.writers import md_text
+from scgmem.scoring.metric_table import cost_metrics, table_metrics
 
 QUESTION_PHASES = ("recall", "answer")
 
@@ -50,10 +51,10 @@ def cost_row(run: Run) -> dict:
     row = {"model": run.model, "method": run.method, "n": n, "turns": turns}
     for cat in run.categories:
         c = s["categories"].get(cat) or {}
-        row[cat] = (c.get("f1"), c.get("bleu1"), c.get("evidence_recall"), c.get("n"))
+        row[cat] = (*(c.get(m.name) for m in cost_metrics()), c.get("n"))
     timing = s.get("timing") or {}
     row.update({
-        "average_f1": s["average"]["f1"], "average_bleu1": s["average"]["bleu1"],
+        **{f"average_{name}": s["average"].get(name) for name in table_metrics()},
         "ingest_s": timing.get("ingest_s"), "answer_s_per_question": timing.get("answer_s_per_question"),
         "ingest_calls_per_turn": ingest_calls / turns if turns else None,
         "ingest_tokens_per_turn": ingest_tokens / turns if turns else None,
@@ -71,13 +72,16 @@ def write_costs(runs: list[Run], out_dir: Path) -> list[Path]:
     rows = sorted((cost_row(r) for r in runs), key=lambda r: (r["model"], r["method"]))
     cats = runs[0].categories
     out_dir.mkdir(parents=True, exist_ok=True)
-    head = ["model", "method", "n", *[f"{c} F1 / B1 / ER" for c in cats], "avg F1 / B1",
+    per_cat, averaged = cost_metrics(), table_metrics()
+    short = {m.name: m.short for m in per_cat}
+    head = ["model", "method", "n", *[f"{c} " + " / ".join(m.short for m in per_cat) for c in cats],
+            "avg " + " / ".join(short[name] for name in averaged),
             "ingest s", "answer s/q", "ingest calls/turn", "ingest tok/turn", "calls/q", "tok/q", "deviations"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["model"], r["method"], str(r["n"])]
-        cells += [f"{_f(r[c][0])} / {_f(r[c][1])} / {_f(r[c][2])}" if r.get(c) else "–" for c in cats]
-        cells += [f"{_f(r['average_f1'])} / {_f(r['average_bleu1'])}", _f(r["ingest_s"], 0),
+        cells += [" / ".join(_f(v) for v in r[c][:len(per_cat)]) if r.get(c) else "–" for c in cats]
+        cells += [" / ".join(_f(r[f"average_{name}"]) for name in averaged), _f(r["ingest_s"], 0),
                   _f(r["answer_s_per_question"], 1), _f(r["ingest_calls_per_turn"]), _f(r["ingest_tokens_per_turn"], 0),
                   _f(r["calls_per_question"]), _f(r["tokens_per_question"], 0),
                   ", ".join(f"{k} {v}" for k, v in sorted(r["deviations"].items())) or "none"]
@@ -88,13 +92,13 @@ def write_costs(runs: list[Run], out_dir: Path) -> list[Path]:
     path_csv = out_dir / "costs.csv"
     with open(path_csv, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["model", "method", "n", "turns", *[f"{c}_{m}" for c in cats for m in ("f1", "bleu1", "evidence_recall")],
-                    "average_f1", "average_bleu1", "ingest_s", "answer_s_per_question", "ingest_calls_per_turn",
+        w.writerow(["model", "method", "n", "turns", *[f"{c}_{m.name}" for c in cats for m in per_cat],
+                    *[f"average_{name}" for name in averaged], "ingest_s", "answer_s_per_question", "ingest_calls_per_turn",
                     "ingest_tokens_per_turn", "calls_per_question", "tokens_per_question", "deviations"])
         for r in rows:
             w.writerow([r["model"], r["method"], r["n"], r["turns"],
-                        *[(r[c][i] if r.get(c) else "") for c in cats for i in range(3)],
-                        r["average_f1"], r["average_bleu1"], r["ingest_s"], r["answer_s_per_question"],
+                        *[(r[c][i] if r.get(c) else "") for c in cats for i in range(len(per_cat))],
+                        *[r[f"average_{name}"] for name in averaged], r["ingest_s"], r["answer_s_per_question"],
                         r["ingest_calls_per_turn"], r["ingest_tokens_per_turn"], r["calls_per_question"],
                         r["tokens_per_question"], ";".join(f"{k}={v}" for k, v in sorted(r["deviations"].items()))])
     return [md, path_csv]

@@ -20,6 +20,7 @@ OPTIONAL = "optional"    # computed only when the run asks for it (BERTScore); a
 class Metric:
     name: str
     title: str
+    short: str  # the column abbreviation of compact tables (costs.md: "F1 / B1 / ER")
     higher_is_better: bool = True
     source: str = ANSWER
     # A 0..1 value per question that summaries report as a percentage (F1, BLEU-1); evidence recall
@@ -34,10 +35,10 @@ class Metric:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("f1", "F1"),
-    Metric("bleu1", "BLEU-1"),
-    Metric("bertscore_f1", "BERTScore F1", source=OPTIONAL, in_tables=False),
-    Metric("evidence_recall", "Evidence recall", source=RETRIEVAL, percent=False, in_tables=False),
+    Metric("f1", "F1", "F1"),
+    Metric("bleu1", "BLEU-1", "B1"),
+    Metric("bertscore_f1", "BERTScore F1", "BS", source=OPTIONAL, in_tables=False),
+    Metric("evidence_recall", "Evidence recall", "ER", source=RETRIEVAL, percent=False, in_tables=False),
 )
 
 
@@ -59,6 +60,11 @@ def fraction_metrics() -> tuple[Metric, ...]:
 def table_metrics() -> tuple[str, ...]:
     """The names of the report's metric columns (and of the CIs summaries carry), in order."""
     return tuple(m.name for m in METRICS if m.in_tables)
+
+
+def cost_metrics() -> tuple[Metric, ...]:
+    """The per-category columns of the cost table: the table metrics, then the fractions."""
+    return tuple(m for m in METRICS if m.in_tables) + fraction_metrics()
 
 
 def titles() -> dict[str, str]:

@@ -18,7 +18,7 @@ def exact(prediction: str, reference: str) -> float:
 @pytest.fixture
 def with_exact_match(monkeypatch):
     rows = list(metric_table.METRICS)
-    rows.insert(2, Metric("exact", "EM", function=exact))
+    rows.insert(2, Metric("exact", "EM", "EM", function=exact))
     monkeypatch.setattr(metric_table, "METRICS", tuple(rows))
 
 
@@ -55,7 +55,7 @@ def test_a_new_metric_reaches_the_run_records(with_exact_match, locomo_path, tmp
 
 
 def test_an_answer_metric_without_a_function_must_be_scored_by_the_protocol(monkeypatch):
-    monkeypatch.setattr(metric_table, "METRICS", (*metric_table.METRICS, Metric("rouge_l", "ROUGE-L")))
+    monkeypatch.setattr(metric_table, "METRICS", (*metric_table.METRICS, Metric("rouge_l", "ROUGE-L", "RL")))
     with pytest.raises(ValueError, match="rouge_l"):
         AmemProtocol(categories=CATS).score(qa(4), "7 May 2023")
 
