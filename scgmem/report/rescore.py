@@ -28,9 +28,11 @@ from scgmem.report.collect import Run, shown_path
 from scgmem.report.paper import CATEGORY_TITLES
 from scgmem.report.tables import average_ci
 from scgmem.scoring.cat5 import summary_fields
+from scgmem.scoring.metric_table import answer_metrics, fraction_metrics, table_metrics
 from scgmem.scoring.metrics import aggregate, category_cis, evidence_recall
 
-PER_QUESTION = ("sample_id", "qa_index", "category", "reference", "f1", "bleu1", "evidence_recall")
+PER_QUESTION = ("sample_id", "qa_index", "category", "reference", *(m.name for m in answer_metrics()),
+                *(m.name for m in fraction_metrics()))
 
 
 def _source_and_protocol(run: Run, gold: str, data_path: str | None):
@@ -60,21 +62,21 @@ def rescore_run(run: Run, gold: str, data_path: str | None = None, n_resamples: 
                              f"{source.path} (or its question differs); rescore with the run's data file (--data)")
         scores = protocol.score(q, r["prediction"], options=r.get("options"))
         records.append({"sample_id": q.sample_id, "qa_index": q.index, "category": q.category,
-                        "reference": protocol.reference(q), "f1": scores["f1"], "bleu1": scores["bleu1"],
+                        "reference": protocol.reference(q), **scores,
                         "evidence_recall": evidence_recall(q.evidence, r.get("retrieved", [])),
                         "prediction": r["prediction"], "options": r.get("options")})
     categories = run.category_mapping
     changed = sum(1 for new, old in zip(records, run.records)
-                  if abs(new["f1"] - float(old["f1"])) > 1e-12 or abs(new["bleu1"] - float(old["bleu1"])) > 1e-12)
+                  if any(abs(new[m.name] - float(old[m.name])) > 1e-12 for m in answer_metrics()))
     cis = category_cis(records, categories, n_resamples=n_resamples, seed=seed)
     summary = {
         "run_dir": shown_path(run.run_dir), "gold": gold, "protocol": protocol.name,
         "n_questions": len(records), **aggregate(records, categories),
         **summary_fields(records, categories, protocol.name),
         "ci": {"categories": cis, "average": {m: average_ci(records, categories, m, n_resamples, seed)
-                                              for m in ("f1", "bleu1")},
+                                              for m in table_metrics()},
                "average_1_4": {m: average_ci(records, {c: n for c, n in categories.items() if c != 5}, m,
-                                             n_resamples, seed) for m in ("f1", "bleu1")}},
+                                             n_resamples, seed) for m in table_metrics()}},
         "replaced": source.replaced_among({(r["sample_id"], r["qa_index"]) for r in records}),
         "records_changed": changed,
         "note": f"the run's stored predictions scored again under data.gold={gold}; BERTScore not rescored",
