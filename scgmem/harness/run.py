@@ -120,7 +120,7 @@ def _placement(cfg: DictConfig) -> tuple[DictConfig, DictConfig, dict]:
 def split_protocol(cfg: DictConfig) -> tuple[DictConfig, dict]:
     """The protocol node without `chat`, and `chat`: the chat policy (system message, date) every
     prompt of the job is rendered with. Resolved first: protocol values may read the model config
-    (e.g. model.caps.amem_answer_tokens)."""
+    (e.g. max_new_tokens is `${cap:...}` of model.cap_profile)."""
     node = OmegaConf.to_container(cfg.protocol, resolve=True)
     chat = node.pop("chat", None) or {}
     node.pop("judge", None)  # read by `run_judge`, not the protocol's constructor
