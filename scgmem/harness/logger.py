@@ -33,15 +33,14 @@ import secrets
 from pathlib import Path
 
 from scgmem.harness.records import write_json_atomic
-from scgmem.scoring.metric_table import answer_metrics, fraction_metrics
+from scgmem.scoring.metric_table import answer_metrics, record_metrics
 
 log = logging.getLogger(__name__)
 
 MODES = ("online", "offline", "disabled")
 # Prediction fields shown as table columns, in this order; lists are joined, others dropped.
 TABLE_COLUMNS = ("sample_id", "qa_index", "category", "question", "reference", "prediction",
-                 *(m.name for m in answer_metrics()), *(m.name for m in fraction_metrics()),
-                 "evidence", "retrieved", "latency_s", "prompt_tokens", "seed_keys", "context_keys")
+                 *record_metrics(), "evidence", "retrieved", "latency_s", "prompt_tokens", "seed_keys", "context_keys")
 
 
 def resolve_mode(mode: str | None) -> str:
@@ -56,7 +55,7 @@ def flat_metrics(summary: dict) -> dict[str, float | int]:
     """The numbers of a summary.json under wandb keys, e.g. {"multi_hop/f1": 12.5, "average/f1": ...}."""
     out: dict[str, float | int] = {}
     for cat, values in (summary.get("categories") or {}).items():
-        for key in (*(m.name for m in answer_metrics()), *(m.name for m in fraction_metrics()), "n"):
+        for key in (*record_metrics(), "n"):
             if values.get(key) is not None:
                 out[f"{cat}/{key}"] = values[key]
     for key, value in (summary.get("average") or {}).items():

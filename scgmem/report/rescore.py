@@ -26,13 +26,11 @@ from hydra.utils import instantiate
 from scgmem.data.locomo import LoCoMoSource
 from scgmem.report.collect import Run, shown_path
 from scgmem.report.paper import CATEGORY_TITLES
-from scgmem.report.tables import average_ci
 from scgmem.scoring.cat5 import summary_fields
-from scgmem.scoring.metric_table import answer_metrics, fraction_metrics, table_metrics
-from scgmem.scoring.metrics import aggregate, category_cis, evidence_recall
+from scgmem.scoring.metric_table import answer_metrics, record_metrics, table_metrics
+from scgmem.scoring.metrics import aggregate, average_ci, category_cis, evidence_recall
 
-PER_QUESTION = ("sample_id", "qa_index", "category", "reference", *(m.name for m in answer_metrics()),
-                *(m.name for m in fraction_metrics()))
+PER_QUESTION = ("sample_id", "qa_index", "category", "reference", *record_metrics())
 
 
 def _source_and_protocol(run: Run, gold: str, data_path: str | None):

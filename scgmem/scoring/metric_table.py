@@ -57,6 +57,12 @@ def fraction_metrics() -> tuple[Metric, ...]:
     return tuple(m for m in METRICS if not m.percent)
 
 
+def record_metrics() -> tuple[str, ...]:
+    """The names of the scores every prediction record carries: the answer metrics, then the
+    fractions (evidence recall)."""
+    return tuple(m.name for m in (*answer_metrics(), *fraction_metrics()))
+
+
 def table_metrics() -> tuple[str, ...]:
     """The names of the report's metric columns (and of the CIs summaries carry), in order."""
     return tuple(m.name for m in METRICS if m.in_tables)

@@ -47,6 +47,7 @@ from scgmem.scoring.metric_table import answer_metrics
 from scgmem.scoring.answer_format import (ANSWER_FORMATS, JSON_PREFIX, JSON_SCHEMA_LINE, JSON_SYSTEM,
                                           answer_format_note, extract_json_answer)
 from scgmem.scoring.bertscore import PEER_MODEL, BertScorer
+from scgmem.scoring.cat5 import says_not_mentioned
 
 # The paper's scored columns: the official numbers without category 3 (open domain).
 DEFAULT_CATEGORIES = {c: n for c, n in OFFICIAL_CATEGORIES.items() if c != 3}
@@ -390,7 +391,7 @@ class LocomoProtocol(Protocol):
         ref = self.reference(qa)
         if category == 5:
             said = self.resolve_option(prediction, options).lower()
-            f1 = 1.0 if ("no information available" in said or "not mentioned" in said) else 0.0
+            f1 = 1.0 if says_not_mentioned(said) else 0.0  # LoCoMo's refusal rule (scgmem/scoring/cat5.py)
             return {"f1": f1, "bleu1": metrics.bleu1(said, ref)}
         f1 = metrics.f1_locomo_multi(prediction, ref) if category == 1 else metrics.f1_locomo(prediction, ref)
         return {"f1": f1, "bleu1": metrics.bleu1(prediction, ref)}
