@@ -16,6 +16,12 @@ Questions are processed in fixed chunks of `answer_batch_size` taken from the fu
 of a conversation's scored questions, and each question's randomness derives from
 (seed, sample_id, qa_index); so a rerun after a crash recomputes exactly the records
 that are missing, with the same values an uninterrupted run would have written.
+
+`question_shard` "I/N" answers only the chunks whose number (within their conversation) is I mod N:
+N processes with the same memory answer one conversation's questions side by side, each in its
+own run directory, and `scgmem-report merge` puts them back together (the chunks are the same
+fixed chunks, so the union is what one process writes). usage.jsonl keeps the question-side LLM
+counts of every attempt, so a resumed run's summary counts the tokens of all its records.
 """
 from __future__ import annotations
 
@@ -34,7 +40,7 @@ from scgmem.api.paths import path_under
 from scgmem.data.locomo import scored_questions
 from scgmem.harness.cache import MemoryCache, memory_key
 from scgmem.harness.logger import progress_metrics
-from scgmem.harness.records import PredictionWriter, read_predictions, write_json_atomic
+from scgmem.harness.records import USAGE_LOG, PredictionWriter, UsageLog, read_predictions, write_json_atomic
 from scgmem.llm.scheduler import BatchingFront
 from scgmem.scoring.metrics import evidence_recall
 
@@ -65,6 +71,8 @@ class RunState:
     method_stats: dict = field(default_factory=dict)  # sample_id -> stats()
     ingest_stats: dict = field(default_factory=dict)  # sample_id -> stats() right after ingest
     schemas: dict = field(default_factory=dict)  # sample_id -> set of concepts (methods with keys)
+    usage_log: UsageLog | None = None  # question-side usage of earlier attempts (set by Pipeline.run)
+    questions_written: int = 0  # records this process wrote
 
 
 def _merge_usage(total: dict, part: dict) -> None:
@@ -74,11 +82,30 @@ def _merge_usage(total: dict, part: dict) -> None:
             mine[k] = mine.get(k, 0) + v
 
 
+def question_usage(snapshot: dict) -> dict:
+    """A usage snapshot without its ingest phase (ingest counts live with the cached memory)."""
+    return {phase: counts for phase, counts in snapshot.items() if phase != "ingest"}
+
+
 def check_run_settings(answer_batch_size, parallel_conversations) -> None:
     """Raise ValueError (one line) for a bad `run.*` value; the runner calls it before loading the model."""
     for name, value in (("answer_batch_size", answer_batch_size), ("parallel_conversations", parallel_conversations)):
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ValueError(f"run.{name} must be a positive int, got {value!r}")
+
+
+def parse_question_shard(value) -> tuple[int, int] | None:
+    """"I/N" -> (I, N); None -> None. Raises ValueError (one line) for anything else."""
+    if value is None:
+        return None
+    parts = str(value).split("/")
+    try:
+        index, count = (int(p) for p in parts) if len(parts) == 2 else (None, None)
+    except ValueError:
+        index = count = None
+    if index is None or count is None or count < 1 or not 0 <= index < count:
+        raise ValueError(f"run.question_shard must be 'I/N' with 0 <= I < N (e.g. 0/2), got {value!r}")
+    return index, count
 
 
 class Pipeline:
@@ -90,7 +117,7 @@ class Pipeline:
         run_dir: where predictions.jsonl, memory/ and summary.json go.
         cache: the memory cache.
         seed, answer_batch_size, answer_margin_tokens, questions_per_category, progress,
-            parallel_conversations: see config.yaml.
+            parallel_conversations, question_shard: see config.yaml.
         on_progress: called with `logger.progress_metrics(...)` after every memory built and every
             chunk of questions written, so a tracker sees a long run move (and what a crash left).
     """
@@ -98,8 +125,10 @@ class Pipeline:
     def __init__(self, *, llm, embedder, protocol, method_factory, run_dir: Path, cache: MemoryCache,
                  seed: int, answer_batch_size: int = 8, answer_margin_tokens: int = 16,
                  questions_per_category: int | None = None, progress: bool = True,
-                 parallel_conversations: int = 1, on_progress: Callable[[dict], None] | None = None) -> None:
+                 parallel_conversations: int = 1, question_shard: str | None = None,
+                 on_progress: Callable[[dict], None] | None = None) -> None:
         check_run_settings(answer_batch_size, parallel_conversations)
+        self.question_shard = parse_question_shard(question_shard)
         self._llm, self.embedder, self.protocol = llm, embedder, protocol
         self.front = BatchingFront(llm)
         self.parallel_conversations = parallel_conversations
@@ -203,9 +232,11 @@ class Pipeline:
             # records (recall + answer per question), or a resumed summary would under-report it.
             self.state.answer_s += sum(r.get("latency_s", 0.0) for r in done_records)
         writer = PredictionWriter(pred_path)
+        usage_log = self.state.usage_log = UsageLog(self.run_dir / USAGE_LOG, resumed=bool(done))
         records = list(done_records)
-        plan = [(c, scored_questions(c, self.protocol.categories, self.questions_per_category)) for c in conversations]
-        total = sum(len(qs) for _, qs in plan)
+        plan = [(c, self.shard_chunks(scored_questions(c, self.protocol.categories, self.questions_per_category)))
+                for c in conversations]
+        total = sum(len(q) for _, chunks in plan for q in chunks)
         bar = tqdm(total=total, initial=len(done), desc="questions", disable=not self.progress)
         started, memories = time.perf_counter(), [0]
 
@@ -214,19 +245,22 @@ class Pipeline:
                 self.on_progress(progress_metrics(records, total, memories[0], len(plan), self._llm.usage.snapshot(),
                                                   time.perf_counter() - started))
 
-        def conversation_job(conv, questions):
+        def conversation_job(conv, chunks):
             def job():
                 method = self.build_memory(conv)
                 memories[0] += 1
                 report()
-                for start in range(0, len(questions), self.answer_batch_size):
-                    chunk = questions[start:start + self.answer_batch_size]
+                for chunk in chunks:
                     if all((q.sample_id, q.index) in done for q in chunk):
                         continue
                     t0 = self.clock()
                     new = [r for r in self.answer_chunk(method, chunk) if (r["sample_id"], r["qa_index"]) not in done]
                     self.state.answer_s += self.clock() - t0
                     writer.write(new)  # one job runs at a time, so lines never interleave
+                    self.state.questions_written += len(new)
+                    # running totals after the records they cover (a kill between the two writes
+                    # leaves the chunk's records uncounted, never counted twice)
+                    usage_log.append(self.state.questions_written, question_usage(self._llm.usage.snapshot()))
                     records.extend(new)
                     bar.update(len(new))
                     report()
@@ -234,11 +268,20 @@ class Pipeline:
             return job
 
         try:
-            self.front.run([conversation_job(conv, qs) for conv, qs in plan], width=self.parallel_conversations)
+            self.front.run([conversation_job(conv, chunks) for conv, chunks in plan], width=self.parallel_conversations)
         finally:
             writer.close()
             bar.close()
         return records
+
+    def shard_chunks(self, questions: list) -> list[list]:
+        """A conversation's fixed chunks of `answer_batch_size` questions; with `question_shard` I/N,
+        only those numbered I mod N."""
+        chunks = [questions[s:s + self.answer_batch_size] for s in range(0, len(questions), self.answer_batch_size)]
+        if self.question_shard is None:
+            return chunks
+        index, count = self.question_shard
+        return [c for number, c in enumerate(chunks) if number % count == index]
 
     def answer_chunk(self, method, chunk) -> list[dict]:
         """Recall, prompt, generate and score one fixed chunk of questions (same result on every rerun)."""

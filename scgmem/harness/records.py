@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import uuid
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,61 @@ class PredictionWriter:
 
     def close(self) -> None:
         self._file.close()
+
+
+USAGE_LOG = "usage.jsonl"
+
+
+def _add_counts(total: dict, part: dict) -> None:
+    for phase, counts in part.items():
+        mine = total.setdefault(phase, {})
+        for k, v in counts.items():
+            mine[k] = mine.get(k, 0) + v
+
+
+class UsageLog:
+    """usage.jsonl: the question-side LLM usage (recall, answer: every phase but ingest) of every
+    process that wrote records to a run directory.
+
+    A process appends, after each chunk of records it writes, its running totals: `run` names the
+    process, `questions` counts the records it wrote, `usage` its counts. A resumed run reads the
+    last line of each earlier process, so summary.json's tokens cover the records of every attempt,
+    not only those of the last one. Records written by code older than this log have no line:
+    summary.json's `tokens_questions` says how many records the tokens cover.
+    """
+
+    def __init__(self, path: Path, *, resumed: bool) -> None:
+        self.path = Path(path)
+        self.run = uuid.uuid4().hex[:12]
+        self.prior_usage: dict = {}
+        self.prior_questions = 0
+        if not resumed:  # no records yet: lines left from a deleted predictions.jsonl count nothing
+            self.path.unlink(missing_ok=True)
+            return
+        last: dict[str, dict] = {}
+        if self.path.is_file():
+            for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), 1):
+                try:
+                    entry = json.loads(line)
+                    last[str(entry["run"])] = {"questions": int(entry["questions"]), "usage": dict(entry["usage"])}
+                except (ValueError, KeyError, TypeError):
+                    log.warning("%s: line %d is not a usage entry; skipped", self.path, number)
+        for entry in last.values():
+            self.prior_questions += entry["questions"]
+            _add_counts(self.prior_usage, entry["usage"])
+
+    def append(self, questions: int, usage: dict) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"run": self.run, "questions": questions, "usage": usage}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def total(self, questions: int, usage: dict) -> tuple[int, dict]:
+        """(records covered, usage) of every attempt, this process's `questions` and `usage` included."""
+        out: dict = {}
+        _add_counts(out, self.prior_usage)
+        _add_counts(out, usage)
+        return self.prior_questions + questions, out
 
 
 def write_json_atomic(path: Path, obj) -> None:

@@ -29,7 +29,7 @@ from scgmem.api.paths import UnsafePath
 from scgmem.harness.cache import MemoryCache
 from scgmem.harness.gpu_sharing import claim_gpu, place_job, visible_gpus
 from scgmem.harness.judging import judge_model_node, judge_options, judge_records, make_judge
-from scgmem.harness.pipeline import Pipeline, check_run_settings
+from scgmem.harness.pipeline import Pipeline, check_run_settings, parse_question_shard
 from scgmem.harness.paper_settings import check_embedder_choice
 from scgmem.harness.records import write_json_atomic
 from scgmem.harness.rundir import RunDirMismatch, check_run_dir, speed_changes
@@ -160,6 +160,7 @@ def evaluate(cfg: DictConfig) -> dict:
     parallel = cfg.run.get("parallel_conversations", 1)
     try:
         check_run_settings(cfg.run.answer_batch_size, parallel)
+        parse_question_shard(cfg.run.get("question_shard"))
     except ValueError as e:
         raise UsageError(str(e)) from None
     problem = check_embedder_choice(list(HydraConfig.get().overrides.task), choices, cfg.embedder.get("name"))
@@ -191,7 +192,8 @@ def evaluate(cfg: DictConfig) -> dict:
         run_dir=run_dir, cache=MemoryCache(Path(cfg.run.cache_dir), cfg.run.use_memory_cache), seed=cfg.seed,
         answer_batch_size=cfg.run.answer_batch_size, answer_margin_tokens=cfg.run.answer_margin_tokens,
         questions_per_category=data.questions_per_category, progress=cfg.run.progress,
-        parallel_conversations=parallel, on_progress=logger.log_progress,
+        parallel_conversations=parallel, question_shard=cfg.run.get("question_shard"),
+        on_progress=logger.log_progress,
     )
     config = OmegaConf.to_container(cfg, resolve=True)
     logger.start(config, run_dir, name=f"{choices.get('model')}/{method_name}")

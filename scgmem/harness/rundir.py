@@ -30,7 +30,10 @@ IGNORED = {("run", "progress"), ("run", "cache_dir"), ("run", "use_memory_cache"
            ("model", "base_url"), ("model", "api_key_env"), ("model", "max_concurrency"), ("model", "timeout_s"),
            ("model", "retries"), ("model", "backoff_s"),
            # the judge labels predictions after they are made (judge.json guards its own labels)
-           ("protocol", "judge")}
+           ("protocol", "judge"),
+           # which chunks this process answers, not what any answer is: a shard's directory may be
+           # finished by an unsharded rerun, and question shards merge (scgmem/harness/pipeline.py)
+           ("run", "question_shard")}
 
 
 # Settings that change only speed and memory: a resume may change them (recorded, see above).

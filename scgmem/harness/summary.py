@@ -69,9 +69,14 @@ def build_summary(*, records, state: RunState, method_name: str, model_name: str
         stats = state.method_stats.get(sample_id, ingest)
         for kind, n in (stats.get("deviations") or {}).items():
             deviations[kind] = deviations.get(kind, 0) + int(n)
-    # Ingest usage comes from the cache entry when the memory was reused; recall/answer from this run.
-    tokens = {"ingest": state.ingest_usage.get("ingest", {}), **{k: v for k, v in llm_usage.items() if k != "ingest"}}
+    # Ingest usage comes from the cache entry when the memory was reused; recall/answer from this run
+    # and, on a resume, from the earlier attempts' usage.jsonl lines (`tokens_questions` records covered).
     n = len(records)
+    question_side = {k: v for k, v in llm_usage.items() if k != "ingest"}
+    tokens_questions = n
+    if state.usage_log is not None:
+        tokens_questions, question_side = state.usage_log.total(state.questions_written, question_side)
+    tokens = {"ingest": state.ingest_usage.get("ingest", {}), **question_side}
     timing = {"ingest_s": round(state.ingest_s, 3), "answer_s": round(state.answer_s, 3),
               "answer_s_per_question": round(state.answer_s / n, 4) if n else None,
               "memory_cache_hits": state.cache_hits}
@@ -92,6 +97,7 @@ def build_summary(*, records, state: RunState, method_name: str, model_name: str
         "structural_hallucination_counts": ({"outside_schema": counts[0], "generated": counts[1]} if counts else None),
         "timing": timing,
         "tokens": tokens,
+        "tokens_questions": tokens_questions,  # records whose recall/answer counts are in `tokens`
         "context": context_length(records),
         "deviations": deviations,
         "method_stats": {"ingest": state.ingest_stats, "final": state.method_stats},

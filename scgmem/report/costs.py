@@ -45,6 +45,7 @@ def cost_row(run: Run) -> dict:
     s = run.summary
     turns = ingested_turns(run)
     n = s["n_questions"]
+    covered = s.get("tokens_questions", n)
     tokens = s.get("tokens") or {}
     ingest_calls, ingest_tokens = _phase(tokens, ("ingest",))
     q_calls, q_tokens = _phase(tokens, QUESTION_PHASES)
@@ -58,7 +59,9 @@ def cost_row(run: Run) -> dict:
         "ingest_s": timing.get("ingest_s"), "answer_s_per_question": timing.get("answer_s_per_question"),
         "ingest_calls_per_turn": ingest_calls / turns if turns else None,
         "ingest_tokens_per_turn": ingest_tokens / turns if turns else None,
-        "calls_per_question": q_calls / n if n else None, "tokens_per_question": q_tokens / n if n else None,
+        # over the records the counts cover (a run resumed before usage.jsonl existed counts fewer than n)
+        "calls_per_question": q_calls / covered if covered else None,
+        "tokens_per_question": q_tokens / covered if covered else None,
         "deviations": s.get("deviations") or {},
     })
     return row

@@ -9,7 +9,12 @@ docs/performance.md), so a full LoCoMo run is launched as shards that differ onl
 Predictions are concatenated (sample, then question order) and scored again from the records;
 token counts, LLM calls, seconds and counters are summed; each shard's memory exports are
 copied. Shards must agree on every setting except `data.samples` and the run directory, and
-must not share a conversation: anything else is a one-line error naming the file and field.
+must not share a question: anything else is a one-line error naming the file and field.
+
+Shards may also split one slice's questions (`run.question_shard=I/N`, same `data.samples`):
+they load the same cached memories, so what describes building them (ingest seconds and tokens,
+the method's deviations, keys generated while ingesting) is counted once per conversation set,
+and the answering side is summed. Merge question shards and conversation shards in one call.
 """
 from __future__ import annotations
 
@@ -18,7 +23,8 @@ import re
 import shutil
 from pathlib import Path
 
-from scgmem.report.merge_fields import add_numbers, check_same_settings, merged_data_info, merged_generation
+from scgmem.report.merge_fields import (add_numbers, check_same_settings, ingest_side, merged_data_info,
+                                        merged_generation, subtract_numbers)
 from scgmem.report.collect import shown_path
 
 SUMMARY = "summary.json"
@@ -56,6 +62,18 @@ def _load_shard(run_dir: Path) -> tuple[dict, list[dict]]:
     return summary, records
 
 
+def _slice(summary: dict) -> frozenset:
+    return frozenset((summary.get("data") or {}).get("samples") or [])
+
+
+def _repeated_slices(summaries: list[dict]) -> list[dict]:
+    """Every summary whose conversation set an earlier one already has (question shards' repeats)."""
+    seen, repeats = set(), []
+    for s in summaries:
+        (repeats.append(s) if _slice(s) in seen else seen.add(_slice(s)))
+    return repeats
+
+
 def merge_summaries(shards: list[tuple[Path, dict]], records: list[dict]) -> dict:
     """One summary from the shards' summaries and the merged records (scores recomputed)."""
     from scgmem.scoring.answer_format import unparsed_count
@@ -69,9 +87,12 @@ def merge_summaries(shards: list[tuple[Path, dict]], records: list[dict]) -> dic
     first = summaries[0]
     categories = {int(k): v for k, v in first["category_mapping"].items()}
     scores = aggregate(records, categories)
-    counts = add_numbers([s.get("structural_hallucination_counts") or {} for s in summaries])
+    # question shards repeat their slice's ingest side: take it away once for every repeat
+    repeats = add_numbers([ingest_side(s) for s in _repeated_slices(summaries)])
+    counts = subtract_numbers(add_numbers([s.get("structural_hallucination_counts") or {} for s in summaries]),
+                              repeats.get("structural_hallucination_counts") or {})
     n = len(records)
-    timing = add_numbers([s.get("timing") or {} for s in summaries])
+    timing = subtract_numbers(add_numbers([s.get("timing") or {} for s in summaries]), repeats.get("timing") or {})
     timing.pop("answer_s_per_question", None)
     if n and "answer_s" in timing:
         timing["answer_s_per_question"] = round(timing["answer_s"] / n, 4)
@@ -88,14 +109,17 @@ def merge_summaries(shards: list[tuple[Path, dict]], records: list[dict]) -> dic
         "structural_hallucination_rate": (counts["outside_schema"] / counts["generated"]
                                           if counts.get("generated") else (0.0 if counts else None)),
         "timing": timing,
-        "tokens": add_numbers([s.get("tokens") or {} for s in summaries]),
+        "tokens": subtract_numbers(add_numbers([s.get("tokens") or {} for s in summaries]), repeats.get("tokens") or {}),
+        "tokens_questions": sum(int(s.get("tokens_questions", s["n_questions"])) for s in summaries),
         "context": context_length(records),
-        "deviations": add_numbers([s.get("deviations") or {} for s in summaries]),
+        "deviations": subtract_numbers(add_numbers([s.get("deviations") or {} for s in summaries]),
+                                       repeats.get("deviations") or {}),
         "method_stats": {part: {k: v for s in summaries for k, v in (s.get("method_stats") or {}).get(part, {}).items()}
                          for part in ("ingest", "final")},
         "data": merged_data_info(summaries),
         "merged_from": [{"run_dir": shown_path(p), "n_questions": s["n_questions"],
-                         "samples": (s.get("data") or {}).get("samples"), "timing": s.get("timing")}
+                         "samples": (s.get("data") or {}).get("samples"), "timing": s.get("timing"),
+                         "question_shard": ((s.get("config") or {}).get("run") or {}).get("question_shard")}
                         for p, s in zip(paths, summaries)],
     })
     if isinstance((first.get("config") or {}).get("data"), dict):  # the shards' union, not the first's slice
@@ -118,12 +142,22 @@ def merge_runs(run_dirs: list[Path], out_dir: Path) -> Path:
     if (out_dir / SUMMARY).exists() or (out_dir / PREDICTIONS).exists():
         raise MergeError(f"{out_dir}: already holds a run; merge into a new directory")
     loaded = [(Path(d), *_load_shard(Path(d))) for d in run_dirs]
-    owner: dict[str, Path] = {}
+    slices: dict[str, tuple[Path, frozenset]] = {}
+    for path, summary, _ in loaded:  # conversation shards are disjoint; question shards share the whole slice
+        mine = _slice(summary)
+        for sample_id in sorted(mine):
+            other, theirs = slices.setdefault(sample_id, (path, mine))
+            if theirs != mine:
+                raise MergeError(f"{path / SUMMARY}: field data.samples shares {sample_id} with {other / SUMMARY} "
+                                 "but not all its conversations (question shards must split the same slice)")
+    owner: dict[tuple, Path] = {}
     for path, _, records in loaded:
-        for sample_id in {r["sample_id"] for r in records}:
-            if sample_id in owner:
-                raise MergeError(f"{path / PREDICTIONS}: sample_id {sample_id} is also in {owner[sample_id] / PREDICTIONS}")
-            owner[sample_id] = path
+        for r in records:
+            key = (r["sample_id"], r["qa_index"])
+            if key in owner:
+                raise MergeError(f"{path / PREDICTIONS}: sample_id {key[0]} qa_index {key[1]} is also in "
+                                 f"{owner[key] / PREDICTIONS}")
+            owner[key] = path
     records = sorted((r for _, _, rs in loaded for r in rs),
                      key=lambda r: (_natural_key(r["sample_id"]), r["qa_index"]))
     summary = merge_summaries([(p, s) for p, s, _ in loaded], records)

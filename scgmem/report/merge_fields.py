@@ -62,6 +62,32 @@ def _generation_settings(generation) -> tuple[dict, dict]:
     return fixed, kinds
 
 
+def ingest_side(summary: dict) -> dict:
+    """The fields of a summary that describe building its memories, not answering: question shards
+    of one command (run.question_shard) share them, so a merge counts them once per conversation set."""
+    keys = {"generated": 0, "outside_schema": 0}
+    deviations: dict = {}
+    for stats in ((summary.get("method_stats") or {}).get("ingest") or {}).values():
+        keys["generated"] += int(stats.get("keys_generated", 0))
+        keys["outside_schema"] += int(stats.get("keys_outside_schema", 0))
+        deviations = add_numbers([deviations, stats.get("deviations") or {}])  # answering adds its own after
+    return {"timing": {"ingest_s": (summary.get("timing") or {}).get("ingest_s", 0)},
+            "tokens": {"ingest": (summary.get("tokens") or {}).get("ingest") or {}},
+            "deviations": deviations,
+            "structural_hallucination_counts": keys if summary.get("structural_hallucination_counts") else {}}
+
+
+def subtract_numbers(total: dict, part: dict) -> dict:
+    """`total` with the numeric leaves of `part` taken away (the inverse of add_numbers)."""
+    out = copy.deepcopy(total)
+    for key, value in part.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = subtract_numbers(out[key], value)
+        elif isinstance(value, (int, float)) and isinstance(out.get(key), (int, float)):
+            out[key] = out[key] - value
+    return out
+
+
 def merged_generation(summaries: list[dict]) -> dict | None:
     """The first shard's generation report with every shard's call kinds: counts summed, the values
     seen (max_new_tokens, temperature, stop) united."""
@@ -121,8 +147,8 @@ def merged_data_info(summaries: list[dict]) -> dict:
     data = copy.deepcopy(summaries[0].get("data") or {})
     samples: list[str] = []
     turns: dict[str, int] = {}
-    for s in summaries:
-        samples.extend((s.get("data") or {}).get("samples") or [])
+    for s in summaries:  # question shards of one conversation name it once
+        samples.extend(x for x in (s.get("data") or {}).get("samples") or [] if x not in samples)
         turns.update((s.get("data") or {}).get("ingested_turns") or {})
     data["samples"] = samples
     if turns:

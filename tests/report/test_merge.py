@@ -46,7 +46,7 @@ def test_merged_shards_equal_one_process(runs):
 
 
 def test_overlapping_or_different_shards_are_refused(runs, tmp_path, capsys):
-    with pytest.raises(MergeError, match="sample_id conv-26 is also in"):
+    with pytest.raises(MergeError, match="field data.samples shares conv-26 with"):
         merge_runs([runs / "a", runs / "whole"], tmp_path / "x")
     other = tmp_path / "other"
     other.mkdir()
