@@ -124,6 +124,8 @@ def merge_summaries(shards: list[tuple[Path, dict]], records: list[dict]) -> dic
     })
     if isinstance((first.get("config") or {}).get("data"), dict):  # the shards' union, not the first's slice
         merged["config"] = {**first["config"], "data": {**first["config"]["data"], "samples": merged["data"]["samples"]}}
+    if isinstance((first.get("config") or {}).get("run"), dict) and "question_shard" in first["config"]["run"]:
+        merged["config"]["run"] = {**first["config"]["run"], "question_shard": None}  # the union holds every chunk
     if "generation" in first:
         merged["generation"] = merged_generation(summaries)
     if "outputs_cut_at_cap" in first:

@@ -59,6 +59,7 @@ def test_merged_question_shards_equal_one_process(runs, tmp_path):
     assert merged["data"]["samples"] == ["conv-26"]  # named once, not once per shard
     assert merged["data"]["ingested_turns_total"] == whole["data"]["ingested_turns_total"]
     assert sorted(m["question_shard"] for m in merged["merged_from"]) == ["0/2", "1/2"]
+    assert merged["config"]["run"]["question_shard"] is None
 
 
 def test_a_finished_shard_directory_counts_every_attempt(runs):
