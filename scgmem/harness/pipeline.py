@@ -40,7 +40,8 @@ from scgmem.api.paths import path_under
 from scgmem.data.locomo import scored_questions
 from scgmem.harness.cache import MemoryCache, memory_key
 from scgmem.harness.logger import progress_metrics
-from scgmem.harness.records import USAGE_LOG, PredictionWriter, UsageLog, read_predictions, write_json_atomic
+from scgmem.harness.records import (USAGE_LOG, PredictionWriter, UsageLog, add_usage, read_predictions,
+                                    write_json_atomic)
 from scgmem.llm.scheduler import BatchingFront
 from scgmem.scoring.metrics import evidence_recall
 
@@ -73,13 +74,6 @@ class RunState:
     schemas: dict = field(default_factory=dict)  # sample_id -> set of concepts (methods with keys)
     usage_log: UsageLog | None = None  # question-side usage of earlier attempts (set by Pipeline.run)
     questions_written: int = 0  # records this process wrote
-
-
-def _merge_usage(total: dict, part: dict) -> None:
-    for phase, counts in part.items():
-        mine = total.setdefault(phase, {})
-        for k, v in counts.items():
-            mine[k] = mine.get(k, 0) + v
 
 
 def question_usage(snapshot: dict) -> dict:
@@ -172,7 +166,7 @@ class Pipeline:
                 entry = self._ingest(method, conv, path)
         # Counted whether built now or earlier: the memory's cost is part of the run's cost.
         self.state.ingest_s += entry["ingest_s"]
-        _merge_usage(self.state.ingest_usage, entry["usage"])
+        add_usage(self.state.ingest_usage, entry["usage"])
         self.state.ingest_stats[conv.sample_id] = entry["stats"]
         exported = method.export()
         if exported is not None:
@@ -201,7 +195,7 @@ class Pipeline:
         def spent() -> tuple[float, dict]:
             after = self.llm.usage.snapshot().get("ingest", {})
             usage = {"ingest": {k: after.get(k, 0) - before.get(k, 0) for k in after}}
-            _merge_usage(usage, prior["usage"])
+            add_usage(usage, prior["usage"])
             return prior["ingest_s"] + self.clock() - start, usage
 
         if partial_path:

@@ -54,7 +54,8 @@ class PredictionWriter:
 USAGE_LOG = "usage.jsonl"
 
 
-def _add_counts(total: dict, part: dict) -> None:
+def add_usage(total: dict, part: dict) -> None:
+    """Add the {phase: {counter: n}} counts of `part` into `total`."""
     for phase, counts in part.items():
         mine = total.setdefault(phase, {})
         for k, v in counts.items():
@@ -90,7 +91,7 @@ class UsageLog:
                     log.warning("%s: line %d is not a usage entry; skipped", self.path, number)
         for entry in last.values():
             self.prior_questions += entry["questions"]
-            _add_counts(self.prior_usage, entry["usage"])
+            add_usage(self.prior_usage, entry["usage"])
 
     def append(self, questions: int, usage: dict) -> None:
         with open(self.path, "a", encoding="utf-8") as f:
@@ -101,8 +102,8 @@ class UsageLog:
     def total(self, questions: int, usage: dict) -> tuple[int, dict]:
         """(records covered, usage) of every attempt, this process's `questions` and `usage` included."""
         out: dict = {}
-        _add_counts(out, self.prior_usage)
-        _add_counts(out, usage)
+        add_usage(out, self.prior_usage)
+        add_usage(out, usage)
         return self.prior_questions + questions, out
 
 
