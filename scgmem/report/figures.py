@@ -69,8 +69,12 @@ def cost_data(runs: list[Run]) -> list[dict]:
         n = run.summary.get("n_questions") or 0
         if not n:
             continue
-        tokens = sum(int(phase.get("prompt_tokens", 0)) + int(phase.get("generated_tokens", 0))
-                     for phase in (run.summary.get("tokens") or {}).values())
+        # ingest over every question; recall/answer over the records their counts cover
+        # (summary.tokens_questions: fewer than n when a resumed run began before usage.jsonl)
+        covered = run.summary.get("tokens_questions") or n
+        tokens = sum((int(counts.get("prompt_tokens", 0)) + int(counts.get("generated_tokens", 0)))
+                     / (n if phase == "ingest" else covered)
+                     for phase, counts in (run.summary.get("tokens") or {}).items()) * n
         timing = run.summary.get("timing") or {}
         seconds = float(timing.get("ingest_s") or 0.0) + float(timing.get("answer_s") or 0.0)
         out.append({"model": model, "method": method, "f1": run.summary["average"]["f1"],

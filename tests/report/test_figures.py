@@ -94,6 +94,26 @@ def test_cost_data_and_chart(tmp_path):
     assert _is_png(paths[0]) and _is_pdf(paths[1])
 
 
+def test_cost_per_question_of_a_run_resumed_before_usage_jsonl(tmp_path):
+    # Recall/answer counts cover only the 4 records the last attempt wrote; the ingest covers all 8.
+    import json
+
+    from scgmem.report.costs import cost_row
+
+    records = [rec("conv-1", i, c, 0.5) for i, c in enumerate(CATS)]
+    tokens = {"ingest": {"calls": 8, "prompt_tokens": 800, "generated_tokens": 0},
+              "answer": {"calls": 4, "prompt_tokens": 400, "generated_tokens": 0}}
+    run_dir = write_run(tmp_path / "a", model="m", method="memgpt", records=records, tokens=tokens)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["tokens_questions"] == 8  # a run without usage.jsonl: its own records
+    summary["tokens_questions"] = 4
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    [run] = collect(tmp_path)
+    assert cost_data([run])[0]["tokens_per_question"] == pytest.approx(800 / 8 + 400 / 4)
+    assert cost_row(run)["tokens_per_question"] == pytest.approx(400 / 4)
+    assert cost_row(run)["calls_per_question"] == pytest.approx(1.0)
+
+
 def test_cli_figures(tmp_path):
     base = tmp_path / "runs" / "multirun"
     _sweep(base / "2026-01-01_00-00-00", "k", [5, 10])
