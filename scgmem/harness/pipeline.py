@@ -74,11 +74,26 @@ class RunState:
     schemas: dict = field(default_factory=dict)  # sample_id -> set of concepts (methods with keys)
     usage_log: UsageLog | None = None  # question-side usage of earlier attempts (set by Pipeline.run)
     questions_written: int = 0  # records this process wrote
+    answer_deviations: dict = field(default_factory=dict)  # sample_id -> deviations answering added here
 
 
 def question_usage(snapshot: dict) -> dict:
     """A usage snapshot without its ingest phase (ingest counts live with the cached memory)."""
     return {phase: counts for phase, counts in snapshot.items() if phase != "ingest"}
+
+
+def deviations_added(before: dict, after: dict) -> dict[str, int]:
+    """The deviation counts of stats `after` beyond those of stats `before` (what answering added)."""
+    old, new = before.get("deviations") or {}, after.get("deviations") or {}
+    return {k: int(n) - int(old.get(k, 0)) for k, n in new.items() if int(n) != int(old.get(k, 0))}
+
+
+def sum_counts(parts) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for part in parts:
+        for k, n in part.items():
+            out[k] = out.get(k, 0) + int(n)
+    return out
 
 
 def check_run_settings(answer_batch_size, parallel_conversations) -> None:
@@ -252,9 +267,12 @@ class Pipeline:
                     self.state.answer_s += self.clock() - t0
                     writer.write(new)  # one job runs at a time, so lines never interleave
                     self.state.questions_written += len(new)
+                    self.state.answer_deviations[conv.sample_id] = deviations_added(
+                        self.state.ingest_stats.get(conv.sample_id) or {}, method.stats())
                     # running totals after the records they cover (a kill between the two writes
                     # leaves the chunk's records uncounted, never counted twice)
-                    usage_log.append(self.state.questions_written, question_usage(self._llm.usage.snapshot()))
+                    usage_log.append(self.state.questions_written, question_usage(self._llm.usage.snapshot()),
+                                     sum_counts(self.state.answer_deviations.values()))
                     records.extend(new)
                     bar.update(len(new))
                     report()

@@ -67,7 +67,9 @@ class UsageLog:
     process that wrote records to a run directory.
 
     A process appends, after each chunk of records it writes, its running totals: `run` names the
-    process, `questions` counts the records it wrote, `usage` its counts. A resumed run reads the
+    process, `questions` counts the records it wrote, `usage` its counts, `deviations` the method
+    deviations its answering added (a method's counters live in the method object, which a resume
+    rebuilds from the memory, so answer-time counts of earlier attempts would be lost without it). A resumed run reads the
     last line of each earlier process, so summary.json's tokens cover the records of every attempt,
     not only those of the last one. Records written by code older than this log have no line:
     summary.json's `tokens_questions` says how many records the tokens cover.
@@ -77,6 +79,7 @@ class UsageLog:
         self.path = Path(path)
         self.run = uuid.uuid4().hex[:12]
         self.prior_usage: dict = {}
+        self.prior_deviations: dict[str, int] = {}
         self.prior_questions = 0
         if not resumed:  # no records yet: lines left from a deleted predictions.jsonl count nothing
             self.path.unlink(missing_ok=True)
@@ -86,16 +89,20 @@ class UsageLog:
             for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), 1):
                 try:
                     entry = json.loads(line)
-                    last[str(entry["run"])] = {"questions": int(entry["questions"]), "usage": dict(entry["usage"])}
+                    last[str(entry["run"])] = {"questions": int(entry["questions"]), "usage": dict(entry["usage"]),
+                                               "deviations": dict(entry.get("deviations") or {})}
                 except (ValueError, KeyError, TypeError):
                     log.warning("%s: line %d is not a usage entry; skipped", self.path, number)
         for entry in last.values():
             self.prior_questions += entry["questions"]
             add_usage(self.prior_usage, entry["usage"])
+            for kind, n in entry["deviations"].items():
+                self.prior_deviations[kind] = self.prior_deviations.get(kind, 0) + int(n)
 
-    def append(self, questions: int, usage: dict) -> None:
+    def append(self, questions: int, usage: dict, deviations: dict[str, int] | None = None) -> None:
+        entry = {"run": self.run, "questions": questions, "usage": usage, "deviations": deviations or {}}
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"run": self.run, "questions": questions, "usage": usage}) + "\n")
+            f.write(json.dumps(entry) + "\n")
             f.flush()
             os.fsync(f.fileno())
 

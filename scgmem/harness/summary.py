@@ -69,6 +69,9 @@ def build_summary(*, records, state: RunState, method_name: str, model_name: str
         stats = state.method_stats.get(sample_id, ingest)
         for kind, n in (stats.get("deviations") or {}).items():
             deviations[kind] = deviations.get(kind, 0) + int(n)
+    # what the answering of earlier attempts of a resumed run added (their method objects are gone)
+    for kind, n in (state.usage_log.prior_deviations if state.usage_log is not None else {}).items():
+        deviations[kind] = deviations.get(kind, 0) + int(n)
     # Ingest usage comes from the cache entry when the memory was reused; recall/answer from this run
     # and, on a resume, from the earlier attempts' usage.jsonl lines (`tokens_questions` records covered).
     n = len(records)

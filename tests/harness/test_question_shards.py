@@ -110,3 +110,36 @@ def test_a_bad_shard_is_one_line_and_exit_2(tmp_path, value):
     err = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(err) == 1 and "run.question_shard must be 'I/N'" in err[0], proc.stderr[-500:]
     assert not (tmp_path / "r" / "predictions.jsonl").exists()
+
+
+@pytest.mark.parametrize("method", ["readagent", "memgpt"])
+def test_a_resumed_run_keeps_earlier_attempts_answer_counters(method, locomo_path, tmp_path):
+    # Scripted model: ReadAgent's look-ups and MemGPT's searches fail to parse, counted as deviations
+    # by the method object while answering. A second attempt rebuilds that object from the memory,
+    # so without usage.jsonl the first attempt's answer-time counts would vanish from the summary.
+    from scgmem.data.locomo import load_locomo, select
+    from scgmem.harness.scripted import fake_pipeline
+    from scgmem.harness.summary import build_summary
+
+    conversations, _ = load_locomo(locomo_path)
+    conversations = select(conversations, ["conv-26"], max_sessions=1)
+
+    def summarise(pipe, records):
+        return build_summary(records=records, state=pipe.state, method_name=method, model_name="scripted",
+                             protocol=pipe.protocol, categories=pipe.protocol.categories, seed=0, data_info={},
+                             llm_usage=pipe._llm.usage.snapshot(), config={})
+
+    whole = fake_pipeline(method, tmp_path / "whole", parallel=1, answer_batch_size=2)
+    expected = summarise(whole, whole.run(conversations))
+    first = fake_pipeline(method, tmp_path / "resumed", parallel=1, answer_batch_size=2)
+    first.question_shard = (0, 2)  # the first attempt stops after half the chunks
+    first.run(conversations)
+    second = fake_pipeline(method, tmp_path / "resumed", parallel=1, answer_batch_size=2)
+    got = summarise(second, second.run(conversations))
+    answer_time = {k: n - expected["method_stats"]["ingest"]["conv-26"]["deviations"].get(k, 0)
+                   for k, n in expected["deviations"].items()}
+    assert any(answer_time.values()), answer_time  # the test needs counters that answering adds
+    assert got["deviations"] == expected["deviations"]
+    assert got["tokens_questions"] == expected["tokens_questions"] == expected["n_questions"]
+    for phase in ("recall", "answer"):
+        assert got["tokens"].get(phase) == expected["tokens"].get(phase), phase
