@@ -40,8 +40,8 @@ from scgmem.api.paths import path_under
 from scgmem.data.locomo import scored_questions
 from scgmem.harness.cache import MemoryCache, memory_key
 from scgmem.harness.logger import progress_metrics
-from scgmem.harness.records import (USAGE_LOG, PredictionWriter, UsageLog, add_usage, read_predictions,
-                                    write_json_atomic)
+from scgmem.harness.records import (USAGE_LOG, PredictionWriter, UsageLog, add_counts, add_usage,
+                                    read_predictions, write_json_atomic)
 from scgmem.llm.scheduler import BatchingFront
 from scgmem.scoring.metrics import evidence_recall
 
@@ -86,14 +86,6 @@ def deviations_added(before: dict, after: dict) -> dict[str, int]:
     """The deviation counts of stats `after` beyond those of stats `before` (what answering added)."""
     old, new = before.get("deviations") or {}, after.get("deviations") or {}
     return {k: int(n) - int(old.get(k, 0)) for k, n in new.items() if int(n) != int(old.get(k, 0))}
-
-
-def sum_counts(parts) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for part in parts:
-        for k, n in part.items():
-            out[k] = out.get(k, 0) + int(n)
-    return out
 
 
 def check_run_settings(answer_batch_size, parallel_conversations) -> None:
@@ -271,8 +263,10 @@ class Pipeline:
                         self.state.ingest_stats.get(conv.sample_id) or {}, method.stats())
                     # running totals after the records they cover (a kill between the two writes
                     # leaves the chunk's records uncounted, never counted twice)
-                    usage_log.append(self.state.questions_written, question_usage(self._llm.usage.snapshot()),
-                                     sum_counts(self.state.answer_deviations.values()))
+                    added: dict[str, int] = {}
+                    for counts in self.state.answer_deviations.values():
+                        add_counts(added, counts)
+                    usage_log.append(self.state.questions_written, question_usage(self._llm.usage.snapshot()), added)
                     records.extend(new)
                     bar.update(len(new))
                     report()

@@ -54,12 +54,17 @@ class PredictionWriter:
 USAGE_LOG = "usage.jsonl"
 
 
+def add_counts(total: dict, part: dict) -> dict:
+    """Add the {name: n} counts of `part` into `total` (returned, for sums into a fresh dict)."""
+    for k, n in part.items():
+        total[k] = total.get(k, 0) + int(n)
+    return total
+
+
 def add_usage(total: dict, part: dict) -> None:
     """Add the {phase: {counter: n}} counts of `part` into `total`."""
     for phase, counts in part.items():
-        mine = total.setdefault(phase, {})
-        for k, v in counts.items():
-            mine[k] = mine.get(k, 0) + v
+        add_counts(total.setdefault(phase, {}), counts)
 
 
 class UsageLog:
@@ -69,9 +74,9 @@ class UsageLog:
     A process appends, after each chunk of records it writes, its running totals: `run` names the
     process, `questions` counts the records it wrote, `usage` its counts, `deviations` the method
     deviations its answering added (a method's counters live in the method object, which a resume
-    rebuilds from the memory, so answer-time counts of earlier attempts would be lost without it). A resumed run reads the
-    last line of each earlier process, so summary.json's tokens cover the records of every attempt,
-    not only those of the last one. Records written by code older than this log have no line:
+    rebuilds from the memory, so answer-time counts of earlier attempts would be lost without it).
+    A resumed run reads the last line of each earlier process, so summary.json's tokens and
+    deviations cover the records of every attempt, not only those of the last one. Records written by code older than this log have no line:
     summary.json's `tokens_questions` says how many records the tokens cover.
     """
 
@@ -96,8 +101,7 @@ class UsageLog:
         for entry in last.values():
             self.prior_questions += entry["questions"]
             add_usage(self.prior_usage, entry["usage"])
-            for kind, n in entry["deviations"].items():
-                self.prior_deviations[kind] = self.prior_deviations.get(kind, 0) + int(n)
+            add_counts(self.prior_deviations, entry["deviations"])
 
     def append(self, questions: int, usage: dict, deviations: dict[str, int] | None = None) -> None:
         entry = {"run": self.run, "questions": questions, "usage": usage, "deviations": deviations or {}}

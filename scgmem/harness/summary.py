@@ -4,7 +4,8 @@ from __future__ import annotations
 import platform
 from importlib import metadata
 
-from scgmem.harness.pipeline import RunState
+from scgmem.harness.pipeline import RunState, question_usage
+from scgmem.harness.records import add_counts
 from scgmem.scoring.answer_format import unparsed_count
 from scgmem.scoring.cat5 import summary_fields as category5_fields
 from scgmem.scoring.metrics import aggregate
@@ -67,15 +68,13 @@ def build_summary(*, records, state: RunState, method_name: str, model_name: str
     # each conversation counts once: final stats, or ingest stats if it never got that far.
     for sample_id, ingest in state.ingest_stats.items():
         stats = state.method_stats.get(sample_id, ingest)
-        for kind, n in (stats.get("deviations") or {}).items():
-            deviations[kind] = deviations.get(kind, 0) + int(n)
-    # what the answering of earlier attempts of a resumed run added (their method objects are gone)
-    for kind, n in (state.usage_log.prior_deviations if state.usage_log is not None else {}).items():
-        deviations[kind] = deviations.get(kind, 0) + int(n)
+        add_counts(deviations, stats.get("deviations") or {})
+    if state.usage_log is not None:  # what earlier attempts' answering added (their method objects are gone)
+        add_counts(deviations, state.usage_log.prior_deviations)
     # Ingest usage comes from the cache entry when the memory was reused; recall/answer from this run
     # and, on a resume, from the earlier attempts' usage.jsonl lines (`tokens_questions` records covered).
     n = len(records)
-    question_side = {k: v for k, v in llm_usage.items() if k != "ingest"}
+    question_side = question_usage(llm_usage)
     tokens_questions = n
     if state.usage_log is not None:
         tokens_questions, question_side = state.usage_log.total(state.questions_written, question_side)

@@ -72,13 +72,13 @@ def cost_data(runs: list[Run]) -> list[dict]:
         # ingest over every question; recall/answer over the records their counts cover
         # (summary.tokens_questions: fewer than n when a resumed run began before usage.jsonl)
         covered = run.summary.get("tokens_questions") or n
-        tokens = sum((int(counts.get("prompt_tokens", 0)) + int(counts.get("generated_tokens", 0)))
-                     / (n if phase == "ingest" else covered)
-                     for phase, counts in (run.summary.get("tokens") or {}).items()) * n
+        tokens = {phase: int(counts.get("prompt_tokens", 0)) + int(counts.get("generated_tokens", 0))
+                  for phase, counts in (run.summary.get("tokens") or {}).items()}
+        per_question = tokens.pop("ingest", 0) / n + sum(tokens.values()) / covered
         timing = run.summary.get("timing") or {}
         seconds = float(timing.get("ingest_s") or 0.0) + float(timing.get("answer_s") or 0.0)
         out.append({"model": model, "method": method, "f1": run.summary["average"]["f1"],
-                    "bleu1": run.summary["average"]["bleu1"], "tokens_per_question": tokens / n,
+                    "bleu1": run.summary["average"]["bleu1"], "tokens_per_question": per_question,
                     "seconds_per_question": seconds / n, "n_questions": n})
     return out
 

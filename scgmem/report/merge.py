@@ -70,7 +70,9 @@ def _repeated_slices(summaries: list[dict]) -> list[dict]:
     """Every summary whose conversation set an earlier one already has (question shards' repeats)."""
     seen, repeats = set(), []
     for s in summaries:
-        (repeats.append(s) if _slice(s) in seen else seen.add(_slice(s)))
+        if _slice(s) in seen:
+            repeats.append(s)
+        seen.add(_slice(s))
     return repeats
 
 
