@@ -14,8 +14,12 @@ config (the runner, the tests, the report's reading of .hydra/config.yaml) has i
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+
+# The Hydra config folder (configs/ at the repository root): scgmem-run's and the judge's.
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
 CAP_PROFILES = ("embedded", "paper")
 DEFAULT_CAP_PROFILE = "embedded"

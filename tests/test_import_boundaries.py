@@ -49,6 +49,70 @@ def test_methods_import_neither_the_loader_nor_the_harness(folder):
     assert not problems, "\n".join(problems)
 
 
+def import_graph(package: str = "scgmem") -> dict[str, set[str]]:
+    """{module: the package's modules it imports} over every file of `package`, function-local
+    imports included: `from a.b import c` points at module a.b.c when there is one, else at a.b."""
+    files = {}
+    for path in (ROOT / package).rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def resolve(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for module, path in files.items():
+        targets = {resolve(name) for _, name in imported_modules(path.read_text(encoding="utf-8"))}
+        graph[module] = {t for t in targets if t and t != module}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted: every circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_the_circle_finder_finds_a_two_file_circle_and_a_longer_one():
+    graph = {"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"e"}, "e": {"c", "a"}, "f": {"a"}}
+    assert sorted(import_circles(graph)) == [["a", "b"], ["c", "d", "e"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle_in_the_package():
+    """No two modules of scgmem/ import each other, directly or through others (a function-local
+    import counts too: it hides the circle, it does not break it)."""
+    graph = import_graph()
+    assert "scgmem.harness.run" in graph and graph["scgmem.harness.run"]
+    circles = import_circles(graph)
+    assert not circles, "import circles: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
 def test_the_llm_interface_depends_on_no_implementation():
     """scgmem/llm/protocol.py is the interface every backend implements (the local one, the
     scripted fake, a server client): it may import no backend, so no cycle runs through it."""

@@ -10,31 +10,15 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from scgmem.api.data_source import DataError
 from scgmem.api.paths import SAFE_NAME_RULE, is_safe_name
 from scgmem.api.types import OFFICIAL_CATEGORIES, QA, Conversation, Session, Turn
+from scgmem.data.evidence import LoadReport, parse_evidence
 from scgmem.data.locomo_audit import AUDIT_PATH, GOLDS, apply_corrections, load_corrections, replaced_counts
 
-_DIA_ID = re.compile(r"^D(\d+):(\d+)$")
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
-
-
-@dataclass
-class LoadReport:
-    """Quirks met while loading (counted, not fatal)."""
-
-    integer_answers: int = 0
-    malformed_evidence: int = 0  # ids that could not be parsed ("D", "D:11:26", ...)
-    split_evidence: int = 0  # entries holding several ids ("D8:6; D9:17")
-    dangling_evidence: int = 0  # well-formed ids that point at no turn
-    renumbered_evidence: int = 0  # ids written with leading zeros ("D30:05" read as "D30:5")
-    examples: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "examples"} | {"examples": self.examples[:10]}
 
 
 def _require(obj: dict, key: str, kind, where: str):
@@ -47,35 +31,6 @@ def _require(obj: dict, key: str, kind, where: str):
         names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
         raise DataError(f"{where}: field '{key}' should be {names}, got {type(value).__name__} {str(value)[:40]!r}")
     return value
-
-
-def parse_evidence(raw: list, known: set[str], report: LoadReport, where: str) -> tuple[str, ...]:
-    """Split on ';' and spaces, keep well-formed ids; count what is dropped or dangling."""
-    if not isinstance(raw, list):
-        raise DataError(f"{where}: field 'evidence' should be list, got {type(raw).__name__}")
-    kept: list[str] = []
-    for entry in raw:
-        if not isinstance(entry, str):
-            raise DataError(f"{where}: evidence entry should be str, got {type(entry).__name__} {entry!r}")
-        parts = [p for p in re.split(r"[;\s]+", entry.strip()) if p]
-        if len(parts) > 1:
-            report.split_evidence += 1
-        for part in parts:
-            m = _DIA_ID.match(part)
-            if not m:
-                report.malformed_evidence += 1
-                report.examples.append(f"{where}: malformed evidence id {part!r}")
-                continue
-            canonical = f"D{int(m.group(1))}:{int(m.group(2))}"  # "D30:05" -> "D30:5", the turn's own id
-            if canonical != part:
-                report.renumbered_evidence += 1
-                report.examples.append(f"{where}: evidence id {part!r} read as {canonical!r}")
-            part = canonical
-            if part not in known:
-                report.dangling_evidence += 1
-            if part not in kept:
-                kept.append(part)
-    return tuple(kept)
 
 
 def _load_sessions(conv: dict, where: str) -> tuple[Session, ...]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from scgmem.api.data_source import DataError
 from scgmem.api.types import Conversation
+from scgmem.data.evidence import LoadReport, parse_evidence
 
 GOLDS = ("original", "audited")
 AUDIT_PATH = Path(__file__).with_name("locomo_audit.json")
@@ -52,8 +53,6 @@ def apply_corrections(conversations: list[Conversation], corrections: dict, sour
     """The conversations with corrected answers and evidence, and what changed per question:
     {(sample_id, qa_index): {"category", "error_type", "answer": bool, "evidence": bool}} for
     every audited question of these conversations (changed or not)."""
-    from scgmem.data.locomo import LoadReport, parse_evidence
-
     entries = corrections["entries"]
     changed: dict[tuple[str, int], dict] = {}
     out = []

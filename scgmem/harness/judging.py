@@ -147,7 +147,7 @@ def judge_model_node(spec, sets: Sequence[str] = ()) -> dict:
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from scgmem.harness.run import CONFIG_DIR
+    from scgmem.config_resolvers import CONFIG_DIR
 
     spec = str(spec)
     if (CONFIG_DIR / "model" / f"{spec}.yaml").is_file():

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from scgmem.api.data_source import DataError, DataSource
 from scgmem.api.paths import UnsafePath
+from scgmem.config_resolvers import CONFIG_DIR
 
 from scgmem.harness.cache import MemoryCache
 from scgmem.harness.gpu_sharing import claim_gpu, place_job, visible_gpus
@@ -42,7 +43,6 @@ from scgmem.llm.usage import UsageMeter
 
 log = logging.getLogger("scgmem.run")
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 USER_ERRORS = (DataError, ModelFilesMissing, RunDirMismatch, ServerError, ValueError, TypeError)
 
 

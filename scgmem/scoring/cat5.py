@@ -31,9 +31,14 @@ import re
 import string
 from typing import Iterable, Mapping, Sequence
 
+import numpy as np
+
+from scgmem.api.types import QA
 from scgmem.scoring.metrics import aggregate
 
 ADVERSARIAL = 5
+# Category-5 "right" option, verbatim in both upstream codes.
+NOT_MENTIONED = "Not mentioned in the conversation"
 # LoCoMo task_eval/evaluation.py: `'no information available' in output.lower() or 'not mentioned' in output.lower()`
 REFUSAL_PHRASES = ("no information available", "not mentioned")
 KINDS = ("trap_exact", "both_options", "trap_inside", "refusal_only", "other")
@@ -85,6 +90,35 @@ def answer_kind(answer: str, trap: str) -> str:
     return "refusal_only" if refuses else "other"
 
 
+def cat5_distractor(qa: QA) -> str:
+    """The adversarial option. Both upstream codes use the item's answer field; in
+    locomo10.json the distractor lives in `adversarial_answer` (all 446 category-5 items)."""
+    text = qa.adversarial_answer if qa.adversarial_answer is not None else qa.answer
+    if text is None:
+        raise ValueError(f"{qa.sample_id} qa[{qa.index}]: category-5 question has neither "
+                         f"adversarial_answer nor answer")
+    return text
+
+
+def seeded_options(qa: QA, rng: np.random.Generator) -> list[str]:
+    """The two category-5 options in an order drawn from `rng` (upstream: unseeded
+    `random.random() < 0.5` puts "Not mentioned" first). One draw; nothing else is read."""
+    distractor = cat5_distractor(qa)
+    return [NOT_MENTIONED, distractor] if rng.random() < 0.5 else [distractor, NOT_MENTIONED]
+
+
+def resolve_option(prediction: str, options: Sequence[str] | None) -> str:
+    """LoCoMo's `get_cat_5_answer` (protocol=locomo shows the options as (a)/(b)): a 1-character
+    answer containing "a" -> option (a), any other 1-character answer -> (b); a 3-character answer
+    containing "(a)" -> (a), else (b); anything longer is returned stripped and lowercased."""
+    text = str(prediction).strip().lower()
+    if options is None or len(options) != 2 or len(text) not in (1, 3):
+        return text
+    if len(text) == 1:
+        return options[0] if "a" in text else options[1]
+    return options[0] if "(a)" in text else options[1]
+
+
 def _trap(record: Mapping) -> str | None:
     """The trap answer: the option that is not "Not mentioned", from the record's `options`."""
     options = record.get("options") or []
@@ -95,8 +129,7 @@ def _trap(record: Mapping) -> str | None:
 def _said(record: Mapping, letter_options: bool) -> str:
     prediction = str(record.get("prediction", ""))
     if letter_options:  # protocol=locomo shows (a)/(b): read the letter as LoCoMo's scorer does
-        from scgmem.scoring.protocols import LocomoProtocol
-        return LocomoProtocol.resolve_option(prediction, record.get("options"))
+        return resolve_option(prediction, record.get("options"))
     return prediction
 
 

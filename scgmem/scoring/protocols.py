@@ -47,14 +47,10 @@ from scgmem.scoring.metric_table import answer_metrics
 from scgmem.scoring.answer_format import (ANSWER_FORMATS, JSON_PREFIX, JSON_SCHEMA_LINE, JSON_SYSTEM,
                                           answer_format_note, extract_json_answer)
 from scgmem.scoring.bertscore import PEER_MODEL, BertScorer
-from scgmem.scoring.cat5 import says_not_mentioned
+from scgmem.scoring.cat5 import NOT_MENTIONED, cat5_distractor, resolve_option, says_not_mentioned, seeded_options
 
 # The paper's scored columns: the official numbers without category 3 (open domain).
 DEFAULT_CATEGORIES = {c: n for c, n in OFFICIAL_CATEGORIES.items() if c != 3}
-
-# Category-5 "right" option, verbatim in both upstream codes.
-NOT_MENTIONED = "Not mentioned in the conversation"
-
 
 
 @dataclass
@@ -76,23 +72,6 @@ class AnswerPrompt:
     max_new_tokens: int
     options: list[str] | None = None
     assistant_prefix: str = ""
-
-
-def _cat5_distractor(qa: QA) -> str:
-    """The adversarial option. Both upstream codes use the item's answer field; in
-    locomo10.json the distractor lives in `adversarial_answer` (all 446 category-5 items)."""
-    text = qa.adversarial_answer if qa.adversarial_answer is not None else qa.answer
-    if text is None:
-        raise ValueError(f"{qa.sample_id} qa[{qa.index}]: category-5 question has neither "
-                         f"adversarial_answer nor answer")
-    return text
-
-
-def _seeded_options(qa: QA, rng: np.random.Generator) -> list[str]:
-    """The two category-5 options in an order drawn from `rng` (upstream: unseeded
-    `random.random() < 0.5` puts "Not mentioned" first). One draw; nothing else is read."""
-    distractor = _cat5_distractor(qa)
-    return [NOT_MENTIONED, distractor] if rng.random() < 0.5 else [distractor, NOT_MENTIONED]
 
 
 def _answer(qa: QA) -> str:
@@ -285,7 +264,7 @@ class AmemProtocol(Protocol):
         head = f"Context:\n{context}\n\n"
         options = None
         if category == 5:
-            options = _seeded_options(qa, rng)
+            options = seeded_options(qa, rng)
             body = (f"Based on the context above, answer the following question. {qa.question}\n"
                     f"Select the correct answer: {options[0]} or {options[1]}\nShort answer:")
         elif category == 2:
@@ -303,7 +282,7 @@ class AmemProtocol(Protocol):
         if self._check_category(qa) != 5:
             return _answer(qa)
         if self.cat5_reference == "adversarial":
-            return _cat5_distractor(qa)  # A-MEM load_dataset.py final_answer
+            return cat5_distractor(qa)  # A-MEM load_dataset.py final_answer
         return str(qa.answer) if qa.answer is not None else NOT_MENTIONED
 
     def own_scores(self, qa: QA, prediction: str, options: Sequence[str] | None = None) -> dict:
@@ -354,7 +333,7 @@ class LocomoProtocol(Protocol):
         category = self._check_category(qa)
         options = None
         if category == 5:
-            options = _seeded_options(qa, rng)
+            options = seeded_options(qa, rng)
             body = ("Based on the above context, answer the following question.\n\n"
                     f"Question: {qa.question} Select the correct answer: (a) {options[0]} (b) {options[1]}. "
                     "Short answer:")
@@ -374,17 +353,7 @@ class LocomoProtocol(Protocol):
         answer = _answer(qa)
         return answer.split(";")[0].strip() if category == 3 else answer
 
-    @staticmethod
-    def resolve_option(prediction: str, options: Sequence[str] | None) -> str:
-        """LoCoMo's `get_cat_5_answer`: a 1-character answer containing "a" -> option (a),
-        any other 1-character answer -> (b); a 3-character answer containing "(a)" -> (a),
-        else (b); anything longer is returned stripped and lowercased."""
-        text = str(prediction).strip().lower()
-        if options is None or len(options) != 2 or len(text) not in (1, 3):
-            return text
-        if len(text) == 1:
-            return options[0] if "a" in text else options[1]
-        return options[0] if "(a)" in text else options[1]
+    resolve_option = staticmethod(resolve_option)  # LoCoMo's get_cat_5_answer (scgmem/scoring/cat5.py)
 
     def own_scores(self, qa: QA, prediction: str, options: Sequence[str] | None = None) -> dict:
         category = self._check_category(qa)
