@@ -3,8 +3,10 @@
 Layout: <cache_dir>/memory/<method>/<key>/<sample_id>.json, where key hashes exactly what
 changes the built memory: the method class and its `memory_settings()`, the model (name,
 weights source, dtype), how its chat template renders prompts (`prompt_fingerprint`), the seed,
-and the conversation's content (so `data.max_sessions` changes it). Files are JSON (never pickle) and written atomically; an unreadable file is
-rebuilt, not trusted.
+and the conversation's content (so `data.max_sessions` changes it). Files are JSON (never pickle),
+written atomically with a checksum, and checked fully when read (scgmem/harness/cache_entry.py):
+an entry that fails a check is rebuilt with a warning, never trusted. A symlink below the cache
+root (a folder, an entry, a lock) is refused in one line (scgmem/harness/safe_files.py).
 
 Concurrent jobs (a k sweep on the joblib launcher) need the same memory at the same time: a file
 lock per key (`<entry>.json.lock`, an OS lock, so a killed job releases it) lets one job build it
@@ -22,7 +24,9 @@ from pathlib import Path
 
 from scgmem.api import Conversation
 from scgmem.api.paths import path_under
-from scgmem.harness.records import write_json_atomic
+from scgmem.harness.cache_entry import check_entry, checksum, max_file_bytes
+from scgmem.harness.safe_files import UnsafeLink, check_below, read_bounded, write_json_atomic
+from scgmem.harness.untrusted import StoredFileError, parse_json
 from scgmem.llm.loading import held_lock
 
 log = logging.getLogger(__name__)
@@ -80,35 +84,56 @@ def memory_key(method, llm, seed: int, conv: Conversation) -> str:
 
 class MemoryCache:
     def __init__(self, root: Path, enabled: bool = True) -> None:
-        self.root = Path(root) / "memory"
+        self.base = Path(root)  # the user's run.cache_dir: it may be a link, nothing below it may
+        self.root = self.base / "memory"
         self.enabled = enabled
 
     def path(self, method, key: str, sample_id: str) -> Path:
         return path_under(self.root, method.name, key, f"{sample_id}.json")  # sample_id comes from the data file
 
-    def load(self, path: Path) -> dict | None:
-        if not self.enabled or not path.is_file():
+    def load(self, path: Path, conv: Conversation | None = None, settings: dict | None = None,
+             partial: bool = False) -> dict | None:
+        """The entry at `path` if it passes every check of `cache_entry.check_entry` against `conv`
+        (and the method's memory `settings`); None (rebuild, with a warning) otherwise. A symlink
+        below the cache root is refused (`UnsafeLink`, exit 2)."""
+        if not self.enabled:
+            return None
+        check_below(self.base, path)
+        if not path.is_file():
             return None
         try:
-            entry = json.loads(path.read_text(encoding="utf-8"))
-            if entry.get("format") != CACHE_FORMAT or "state" not in entry:
-                raise ValueError("unknown format")
+            data = read_bounded(path, max_file_bytes(conv) if conv is not None else 1 << 30)
+            entry = parse_json(data, path, max_depth=64)
+            if conv is not None:
+                if not check_entry(entry, path, conv, cache_format=CACHE_FORMAT, settings=settings, partial=partial):
+                    log.warning("memory cache %s has no checksum (written before entries had one): "
+                                "loaded after its other checks", path)
+            elif not isinstance(entry, dict) or entry.get("format") != CACHE_FORMAT or "state" not in entry:
+                raise StoredFileError(path, "format", entry.get("format") if isinstance(entry, dict) else entry,
+                                      "unknown format")
             return entry
-        except (ValueError, OSError) as e:
-            log.warning("memory cache %s unreadable (%s): rebuilding it", path, e)
+        except UnsafeLink:
+            raise
+        except (StoredFileError, OSError) as e:
+            log.warning("memory cache %s unusable (%s): rebuilding it", path, e)
             return None
 
     def save(self, path: Path, entry: dict) -> None:
         if self.enabled:
-            write_json_atomic(path, {"format": CACHE_FORMAT, **entry})
+            entry = {"format": CACHE_FORMAT, **entry}
+            entry["checksum"] = checksum(json.loads(json.dumps(entry)))  # over the entry as JSON reads it back
+            write_json_atomic(path, entry, root=self.base)
 
     @contextlib.contextmanager
     def lock(self, path: Path | None):
         """Hold the lock of the memory at `path` (None or a disabled cache: no lock) while it is
-        loaded or built, so concurrent jobs build each memory once."""
+        loaded or built, so concurrent jobs build each memory once. A lock file that is a symlink is
+        refused (opening it would truncate whatever it points at)."""
         if path is None or not self.enabled:
             yield
             return
+        check_below(self.base, path.parent)
         path.parent.mkdir(parents=True, exist_ok=True)
+        check_below(self.base, Path(f"{path}.lock"))
         with held_lock(f"{path}.lock", f"memory {path} is being built by another job: waiting for it"):
             yield

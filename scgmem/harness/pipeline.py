@@ -42,6 +42,7 @@ from scgmem.harness.cache import MemoryCache, memory_key
 from scgmem.harness.logger import progress_metrics
 from scgmem.harness.records import (USAGE_LOG, PredictionWriter, UsageLog, add_counts, add_usage,
                                     read_predictions, write_json_atomic)
+from scgmem.harness.stored_records import check_stored_records
 from scgmem.llm.scheduler import BatchingFront
 from scgmem.scoring.metrics import evidence_recall
 
@@ -109,6 +110,19 @@ def parse_question_shard(value) -> tuple[int, int] | None:
     return index, count
 
 
+def read_stored_predictions(run_dir: Path, conversations: list[Conversation], protocol, seed: int,
+                            questions_per_category: int | None) -> list[dict]:
+    """predictions.jsonl of `run_dir` read back, each record checked against the question it claims
+    in the current data (scgmem/harness/stored_records.py): refused in one line unless all match.
+    The runner calls it before the model loads; `Pipeline.run` otherwise."""
+    path = Path(run_dir) / "predictions.jsonl"
+    records = read_predictions(path)
+    questions = [q for c in conversations for q in scored_questions(c, protocol.categories, questions_per_category)]
+    check_stored_records(records, path, questions, protocol,
+                         lambda q: protocol.build_prompt(q, "", rng_for(seed, q.sample_id, q.index, PROMPT)))
+    return records
+
+
 class Pipeline:
     """Args:
         llm, embedder, protocol: instantiated components.
@@ -164,33 +178,55 @@ class Pipeline:
         path = self.cache.path(method, memory_key(method, self.llm, self.seed, conv), conv.sample_id) \
             if cacheable else None
         with self.cache.lock(path):  # another job building this memory now: wait, then load it
-            entry = self.cache.load(path) if path else None
+            entry = self.cache.load(path, conv, method.memory_settings()) if path else None
+            if entry is not None and not self._restore(method, entry, path):
+                method, entry = self.method_factory(self.llm), None  # a half-loaded object is not reused
             if entry is not None:
-                method.load_state_dict(entry["state"])
                 self.state.cache_hits += 1
                 log.info("%s: memory of %s loaded from %s", method.name, conv.sample_id, path)
             else:
-                entry = self._ingest(method, conv, path)
+                method, entry = self._ingest(method, conv, path)
         # Counted whether built now or earlier: the memory's cost is part of the run's cost.
         self.state.ingest_s += entry["ingest_s"]
         add_usage(self.state.ingest_usage, entry["usage"])
         self.state.ingest_stats[conv.sample_id] = entry["stats"]
         exported = method.export()
         if exported is not None:
-            write_json_atomic(path_under(self.run_dir / "memory", f"{conv.sample_id}.json"), exported)
+            write_json_atomic(path_under(self.run_dir / "memory", f"{conv.sample_id}.json"), exported,
+                              root=self.run_dir)
             if "concepts" in exported:
                 self.state.schemas[conv.sample_id] = set(exported["concepts"])
         return method
 
-    def _ingest(self, method, conv: Conversation, path: Path | None) -> dict:
-        """Ingest `conv` now; a resumable method starts after its last session checkpoint
-        (`<cache entry>.partial.json`) and writes a new one after every session."""
+    @staticmethod
+    def _restore(method, entry: dict, path: Path) -> bool:
+        """Load a checked cache entry into `method`; False (with a warning: the memory is rebuilt)
+        when the method's own loader still rejects its state."""
+        try:
+            method.load_state_dict(entry["state"])
+            if "rng" in entry:
+                np.random.default_rng().bit_generator.state = entry["rng"]  # a checkpoint's rng must load too
+            return True
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as e:
+            log.warning("memory cache %s: the method cannot load it (%s: %s): rebuilding it", path,
+                        type(e).__name__, str(e)[:200])
+            return False
+
+    def _ingest(self, method, conv: Conversation, path: Path | None) -> tuple[MemoryMethod, dict]:
+        """(the method, its entry) after ingesting `conv` now; a resumable method starts after its
+        last session checkpoint (`<cache entry>.partial.json`) and writes a new one after every
+        session. A checkpoint the method cannot load is dropped and the method built afresh."""
         rng = rng_for(self.seed, conv.sample_id, -1, INGEST)
         partial_path = path.with_name(path.stem + ".partial.json") if path and method.resumable else None
         prior = {"ingest_s": 0.0, "usage": {}}
-        partial = self.cache.load(partial_path) if partial_path else None
+        partial = self.cache.load(partial_path, conv, partial=True) if partial_path else None
+        if partial is not None and partial["session"] > len(conv.sessions):
+            log.warning("memory cache %s: session %s of %d: rebuilding it", partial_path, partial["session"],
+                        len(conv.sessions))
+            partial = None
+        elif partial is not None and not self._restore(method, partial, partial_path):
+            partial, method = None, self.method_factory(self.llm)
         if partial is not None:
-            method.load_state_dict(partial["state"])
             method.resume_after_session = int(partial["session"])
             rng.bit_generator.state = partial["rng"]
             prior = partial
@@ -220,12 +256,16 @@ class Pipeline:
             self.cache.save(path, {**entry, "state": method.state_dict()})
         if partial_path:
             partial_path.unlink(missing_ok=True)  # the whole memory is cached now
-        return entry
+        return method, entry
 
     # ------------------------------------------------------------------ answering
-    def run(self, conversations: list[Conversation]) -> list[dict]:
+    def run(self, conversations: list[Conversation], done_records: list[dict] | None = None) -> list[dict]:
+        """Answer every scored question of `conversations` not yet in predictions.jsonl; returns all
+        records. `done_records`: what `read_stored_predictions` returned (read here when None)."""
         pred_path = self.run_dir / "predictions.jsonl"
-        done_records = read_predictions(pred_path)
+        if done_records is None:
+            done_records = read_stored_predictions(self.run_dir, conversations, self.protocol, self.seed,
+                                                   self.questions_per_category)
         done = {(r["sample_id"], r["qa_index"]) for r in done_records}
         if done:
             log.info("resuming: %d predictions already in %s", len(done), pred_path)
@@ -233,7 +273,7 @@ class Pipeline:
             # records (recall + answer per question), or a resumed summary would under-report it.
             self.state.answer_s += sum(r.get("latency_s", 0.0) for r in done_records)
         writer = PredictionWriter(pred_path)
-        usage_log = self.state.usage_log = UsageLog(self.run_dir / USAGE_LOG, resumed=bool(done))
+        usage_log = self.state.usage_log = UsageLog(self.run_dir / USAGE_LOG, records=len(done_records))
         records = list(done_records)
         plan = [(c, self.shard_chunks(scored_questions(c, self.protocol.categories, self.questions_per_category)))
                 for c in conversations]

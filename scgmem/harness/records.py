@@ -1,38 +1,63 @@
-"""predictions.jsonl: appended one line per scored question, read back on resume.
+"""predictions.jsonl and usage.jsonl: appended one line per scored question (per chunk), read back on resume.
 
-A run killed mid-write leaves at most one partial last line; `read_predictions` drops it
-(and truncates the file to the last complete line) so the rerun rewrites that question.
+A run killed mid-write leaves at most one partial last line; `read_jsonl` drops it (and truncates
+the file to the last complete line) so the rerun rewrites that question. A write that fails (a
+full disk) cuts the file back itself. Any other line that is not what the harness writes is
+refused in one line (`untrusted.StoredFileError`). `write_json_atomic` lives in safe_files and is
+re-exported here, where its callers import it.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import uuid
 from pathlib import Path
 
+from scgmem.harness.safe_files import UnsafeLink, open_nofollow, read_bounded, write_json_atomic  # noqa: F401
+from scgmem.harness.untrusted import StoredFileError, need_counts, need_int, need_usage, parse_json
+
 log = logging.getLogger(__name__)
 
 
-def read_predictions(path: Path) -> list[dict]:
-    """Complete records of `path` (empty if absent); a partial last line is cut off the file."""
-    if not path.is_file():
+# Larger than any run writes (all of LoCoMo with long replies is a few MB per file): a stray file
+# is refused, not read into memory.
+MAX_JSONL_BYTES = 1 << 30
+
+
+def read_jsonl(path: Path, required: dict[str, type] | None = None) -> list[dict]:
+    """The complete lines of `path` as JSON objects (empty if absent). A last line without its
+    newline was cut by a crash: it is dropped and cut off the file, so the rerun rewrites it. Any
+    complete line that is not a JSON object holding `required` {field: type} is refused in one line
+    (`StoredFileError`); nothing is truncated then, so no valid line after it is lost."""
+    if not path.is_file() and not path.is_symlink():
         return []
-    data = path.read_bytes()
-    records, good_end = [], 0
-    for line in data.splitlines(keepends=True):
-        if not line.endswith(b"\n"):
-            break
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-        good_end += len(line)
-    if good_end < len(data):
-        log.warning("%s: discarding %d bytes of a partly written last line", path, len(data) - good_end)
-        with open(path, "r+b") as f:
-            f.truncate(good_end)
+    data = read_bounded(path, MAX_JSONL_BYTES)
+    lines = data.split(b"\n")
+    partial = lines.pop()  # b"" when the file ends with a newline
+    records = []
+    for number, line in enumerate(lines, 1):
+        obj = parse_json(line, path, field=f"line {number}")
+        if not isinstance(obj, dict):
+            raise StoredFileError(path, f"line {number}", obj, "must be a JSON object")
+        for name, kind in (required or {}).items():
+            value = obj.get(name)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise StoredFileError(path, f"line {number}: field {name!r}", value,
+                                      f"missing or not {kind.__name__}")
+        records.append(obj)
+    if partial:
+        log.warning("%s: discarding %d bytes of a partly written last line", path, len(partial))
+        with open_nofollow(path, "r+b") as f:
+            f.truncate(len(data) - len(partial))
     return records
+
+
+def read_predictions(path: Path) -> list[dict]:
+    """predictions.jsonl (or judgements.jsonl) read back: `read_jsonl` with `sample_id` and `qa_index`
+    required. What each record must match is checked by `scgmem.harness.stored_records`."""
+    return read_jsonl(path, {"sample_id": str, "qa_index": int})
 
 
 class PredictionWriter:
@@ -40,18 +65,33 @@ class PredictionWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file = open(path, "a", encoding="utf-8")
+        self._file = open_nofollow(path, "a")
 
     def write(self, records: list[dict]) -> None:
-        self._file.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        append_lines(self._file, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
 
     def close(self) -> None:
         self._file.close()
 
 
+def append_lines(f, text: str) -> None:
+    """Append `text` to the open file `f` and make it durable; when the write fails (a full disk),
+    cut the file back to where it was, so no partial line stays behind."""
+    f.seek(0, os.SEEK_END)
+    start = f.tell()
+    try:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError, ValueError):
+            os.ftruncate(f.fileno(), start)
+        raise
+
+
 USAGE_LOG = "usage.jsonl"
+# Above any count one run makes (a token count of all of LoCoMo is ~1e8): a larger one is forged.
+MAX_COUNT = 10**12
 
 
 def add_counts(total: dict, part: dict) -> dict:
@@ -80,35 +120,33 @@ class UsageLog:
     summary.json's `tokens_questions` says how many records the tokens cover.
     """
 
-    def __init__(self, path: Path, *, resumed: bool) -> None:
+    def __init__(self, path: Path, *, records: int) -> None:
+        """`records`: how many records predictions.jsonl holds (0: a fresh run, any old lines are dropped)."""
         self.path = Path(path)
         self.run = uuid.uuid4().hex[:12]
         self.prior_usage: dict = {}
         self.prior_deviations: dict[str, int] = {}
         self.prior_questions = 0
-        if not resumed:  # no records yet: lines left from a deleted predictions.jsonl count nothing
+        if not records:  # no records yet: lines left from a deleted predictions.jsonl count nothing
+            if self.path.is_symlink():
+                raise UnsafeLink(self.path, "symlink", os.readlink(self.path), "the harness writes this file itself")
             self.path.unlink(missing_ok=True)
             return
         last: dict[str, dict] = {}
-        if self.path.is_file():
-            for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), 1):
-                try:
-                    entry = json.loads(line)
-                    last[str(entry["run"])] = {"questions": int(entry["questions"]), "usage": dict(entry["usage"]),
-                                               "deviations": dict(entry.get("deviations") or {})}
-                except (ValueError, KeyError, TypeError):
-                    log.warning("%s: line %d is not a usage entry; skipped", self.path, number)
+        for number, entry in enumerate(read_jsonl(self.path), 1):
+            last[usage_entry(entry, self.path, f"line {number}")] = entry
         for entry in last.values():
             self.prior_questions += entry["questions"]
             add_usage(self.prior_usage, entry["usage"])
-            add_counts(self.prior_deviations, entry["deviations"])
+            add_counts(self.prior_deviations, entry.get("deviations") or {})
+        if self.prior_questions > records:  # each process counts the records it wrote, after writing them
+            raise StoredFileError(self.path, "questions", self.prior_questions,
+                                  f"more records than predictions.jsonl holds ({records})")
 
     def append(self, questions: int, usage: dict, deviations: dict[str, int] | None = None) -> None:
         entry = {"run": self.run, "questions": questions, "usage": usage, "deviations": deviations or {}}
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(entry) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        with open_nofollow(self.path, "a") as f:
+            append_lines(f, json.dumps(entry) + "\n")
 
     def total(self, questions: int, usage: dict) -> tuple[int, dict]:
         """(records covered, usage) of every attempt, this process's `questions` and `usage` included."""
@@ -118,12 +156,13 @@ class UsageLog:
         return self.prior_questions + questions, out
 
 
-def write_json_atomic(path: Path, obj) -> None:
-    """Write JSON via a temp file and rename, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, ensure_ascii=False, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def usage_entry(entry: dict, path, where: str) -> str:
+    """The `run` of one usage.jsonl line, after checking the line is what `UsageLog.append` writes."""
+    run = entry.get("run")
+    if not isinstance(run, str) or not 1 <= len(run) <= 64:
+        raise StoredFileError(path, f"{where}: field 'run'", run, "must be a string of 1-64 characters")
+    need_int(entry.get("questions"), path, f"{where}: field 'questions'", 0, 10**9)
+    need_usage(entry.get("usage"), path, f"{where}: field 'usage'", MAX_COUNT)
+    if entry.get("deviations") is not None:
+        need_counts(entry["deviations"], path, f"{where}: field 'deviations'", MAX_COUNT)
+    return run
