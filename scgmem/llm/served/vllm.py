@@ -1,0 +1,244 @@
+"""vLLM's dialect: token-id prompts on /v1/completions, llguidance grammars, raw log-probs by scoring.
+
+Not run here (no GPU on this machine): every field below is taken from vLLM's own sources and
+docs, named next to its use, and the tests check the bodies and reply fixtures copied in shape
+from them.
+
+* **Constraint.** `structured_outputs: {"grammar": <lark>}` (docs/features/structured_outputs.md;
+  the `guided_grammar` top-level field it replaces was removed in v0.12, so `legacy_guided=True`
+  sends that for v0.10.2-v0.11). With `--structured-outputs-config.backend guidance` the grammar
+  goes to `llguidance.grammar_from("grammar", ...)` (v1/structured_output/backend_guidance.py),
+  which keeps a text that starts with `%llguidance` or has a `start:` rule as Lark, so the
+  token-id terminals `<[id]>` reach llguidance unchanged.
+* **Why scoring afterwards.** The V1 model runner applies the grammar bitmask to the logits in
+  place *before* the sampler (v1/worker/gpu_model_runner.py and Model Runner V2's
+  gpu/model_runner.py `sample`), and the sampler's `raw_logprobs` (the default `--logprobs-mode`)
+  is a log_softmax of those masked logits: renormalised over the allowed tokens. No logprobs mode
+  undoes the mask, so `read_continue` never returns log-probs; the raw ones come from
+  `prompt_logprobs` on prompt + continuation (computed from the unmasked logits with no
+  temperature, v1 `_get_prompt_logprobs_dict`).
+* **Next-token log-probs.** No grammar is involved, so the sampler's `raw_logprobs` are raw.
+  `logprob_token_ids` (CompletionRequest; at most `MAX_LOGPROB_TOKEN_IDS` = 128 ids,
+  sampling_params.py) returns exactly the allowed ids; it reached /v1/completions late (vLLM PR
+  #43463), hence the `logprob_token_ids` switch. Without it, the top-n list (`logprobs: n`,
+  capped by the server's `--max-logprobs`, default 20) is returned as an incomplete `NextTokens`.
+* **Token ids in replies.** `return_tokens_as_token_ids` writes logprob tokens as "token_id:N"
+  (decoded strings collide: two ids can decode to the same text), and `return_token_ids` adds
+  `token_ids` to a choice; a server that predates `return_token_ids` ignores it and the ids are
+  read from the "token_id:N" strings instead.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from scgmem.llm.served.dialect import (
+    BadReply,
+    Continuation,
+    EngineDialect,
+    NextTokens,
+    Unsupported,
+    number,
+    token_id,
+)
+
+PATH = "/v1/completions"
+MAX_LOGPROB_TOKEN_IDS = 128  # vllm/sampling_params.py: the sampler's per-request row width
+DEFAULT_MAX_LOGPROBS = 20  # vllm ModelConfig.max_logprobs, the `--max-logprobs` default
+CLAMPED = -9999.0  # completion serving writes max(logprob, -9999.0) for -inf (OpenAI's convention)
+FINISH = ("stop", "length")
+
+# Settings the server would otherwise take from the checkpoint's generation_config.json
+# (`--generation-config auto`, vLLM's default): sent on every request so that what the
+# harness records is what ran. top_k=-1 is "off" in every vLLM (0 is refused before v0.11).
+NEUTRAL = {"top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
+           "presence_penalty": 0.0, "frequency_penalty": 0.0}
+
+
+class VLLMDialect(EngineDialect):
+    """vLLM's OpenAI-compatible /v1/completions with token-id prompts.
+
+    Args:
+        model_id: the served model name (`model` in every body).
+        legacy_guided: send `guided_grammar` (vLLM 0.10.2-0.11) instead of `structured_outputs`.
+        logprob_token_ids: the server accepts `logprob_token_ids` on /v1/completions, so a beam
+            expansion asks for the allowed ids themselves (complete, up to 128 ids).
+        max_logprobs: the server's `--max-logprobs` (caps a top-n list).
+    """
+
+    name = "vllm"
+
+    def __init__(self, model_id: str, *, legacy_guided: bool = False, logprob_token_ids: bool = False,
+                 max_logprobs: int = DEFAULT_MAX_LOGPROBS) -> None:
+        super().__init__(model_id)
+        if isinstance(max_logprobs, bool) or not isinstance(max_logprobs, int) or max_logprobs < 1:
+            raise ValueError(f"max_logprobs must be a positive int, got {max_logprobs!r}")
+        self.legacy_guided = legacy_guided
+        self.logprob_token_ids = logprob_token_ids
+        self.max_top_n = max_logprobs
+        self.route = ("prompt_logprobs after generation; next token: "
+                      + ("logprob_token_ids" if logprob_token_ids else "top-n logprobs (raw_logprobs mode)"))
+
+    # -- continue under a grammar ---------------------------------------------------------------
+
+    def continue_body(self, prompt_ids: Sequence[int], grammar: str, *, max_tokens: int, temperature: float,
+                      seed: int) -> tuple[str, dict]:
+        """Continue `prompt_ids` under `grammar`; `logprobs: 0` with "token_id:N" tokens carries the
+        generated ids even on a server without `return_token_ids`."""
+        body = self._base(prompt_ids, max_tokens=max_tokens, temperature=temperature)
+        body.update(seed=seed, logprobs=0, return_tokens_as_token_ids=True, return_token_ids=True)
+        if self.legacy_guided:
+            body["guided_grammar"] = grammar
+        else:
+            body["structured_outputs"] = {"grammar": grammar}
+        return PATH, body
+
+    def read_continue(self, reply: dict) -> Continuation:
+        """The generated ids and finish reason; log-probs None (renormalised by the grammar mask)."""
+        choice = _choice(reply)
+        finish = choice.get("finish_reason")
+        if finish not in FINISH:
+            raise BadReply(f"vllm: choices[0].finish_reason is {finish!r}, expected one of {FINISH}")
+        logprobs = choice.get("logprobs")
+        from_logprobs = None
+        if logprobs is not None:
+            tokens = _list(_field(logprobs, "tokens", "choices[0].logprobs"), "choices[0].logprobs.tokens")
+            from_logprobs = [_token_key(t, f"vllm: choices[0].logprobs.tokens[{i}]") for i, t in enumerate(tokens)]
+        ids = choice.get("token_ids")
+        if ids is not None:
+            ids = [token_id(t, f"vllm: choices[0].token_ids[{i}]")
+                   for i, t in enumerate(_list(ids, "choices[0].token_ids"))]
+            if from_logprobs is not None and from_logprobs != ids:
+                raise BadReply("vllm: choices[0].token_ids disagree with choices[0].logprobs.tokens")
+        elif from_logprobs is not None:
+            ids = from_logprobs
+        else:
+            raise BadReply("vllm: choices[0] has neither token_ids nor logprobs.tokens")
+        return Continuation(token_ids=ids, raw_logprobs=None, finish=finish)
+
+    # -- raw log-probs at the next position -----------------------------------------------------
+
+    def next_body(self, prompt_ids: Sequence[int], allowed: Sequence[int], top_n: int) -> tuple[str, dict]:
+        """One greedy token with the allowed ids' log-probs (`logprob_token_ids`, which needs
+        `logprobs` set) or the top-n list (`top_n` capped at `max_top_n`)."""
+        allowed = _ids(allowed, "allowed")
+        if not allowed:
+            raise ValueError("allowed must name at least one token id")
+        body = self._base(prompt_ids, max_tokens=1, temperature=0.0)
+        body.update(return_tokens_as_token_ids=True)
+        if self.logprob_token_ids and len(set(allowed)) <= MAX_LOGPROB_TOKEN_IDS:
+            body.update(logprobs=1, logprob_token_ids=sorted(set(allowed)))
+        else:
+            if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
+                raise ValueError(f"top_n must be a positive int, got {top_n!r}")
+            body.update(logprobs=min(top_n, self.max_top_n))
+        return PATH, body
+
+    def read_next(self, reply: dict, allowed: Sequence[int]) -> NextTokens:
+        """The allowed ids' raw log-probs from `top_logprobs[0]` ("token_id:N" -> log-prob)."""
+        choice = _choice(reply)
+        logprobs = choice.get("logprobs")
+        if not isinstance(logprobs, dict):
+            raise BadReply("vllm: choices[0].logprobs is missing")
+        top = _list(_field(logprobs, "top_logprobs", "choices[0].logprobs"), "choices[0].logprobs.top_logprobs")
+        if len(top) != 1 or not isinstance(top[0], dict) or not top[0]:
+            raise BadReply(f"vllm: choices[0].logprobs.top_logprobs must hold one non-empty dict, got {top!r:.80}")
+        listed: dict[int, float] = {}
+        for key, value in top[0].items():
+            where = f"vllm: choices[0].logprobs.top_logprobs[0][{key!r}]"
+            listed[_token_key(key, where)] = _logprob(value, where)
+        wanted = set(_ids(allowed, "allowed"))
+        got = {t: lp for t, lp in listed.items() if t in wanted}
+        complete = len(got) == len(wanted)
+        asked_all = self.logprob_token_ids and len(wanted) <= MAX_LOGPROB_TOKEN_IDS
+        if asked_all and not complete:
+            missing = sorted(wanted - set(got))[:5]
+            raise Unsupported(f"vllm: the server ignored logprob_token_ids (missing ids {missing}); it needs a "
+                              "vLLM whose /v1/completions accepts logprob_token_ids, else construct without it")
+        return NextTokens(logprobs=got, complete=complete, floor=min(listed.values()))
+
+    # -- raw log-probs of a given continuation --------------------------------------------------
+
+    def score_body(self, prompt_ids: Sequence[int], continuation: Sequence[int]) -> tuple[str, dict]:
+        """Teacher forcing: prompt + continuation as the prompt, `prompt_logprobs: 0` (each prompt
+        token's own log-prob only), one throw-away generated token. vLLM skips reading the prefix
+        cache for such requests (SamplingParams.skip_reading_prefix_cache), so each costs a prefill."""
+        prompt_ids, continuation = _ids(prompt_ids, "prompt_ids"), _ids(continuation, "continuation")
+        if not prompt_ids or not continuation:
+            raise ValueError("scoring needs a non-empty prompt (position 0 has no log-prob) and continuation")
+        body = self._base(prompt_ids + continuation, max_tokens=1, temperature=0.0)
+        body.update(prompt_logprobs=0, return_token_ids=True)
+        return PATH, body
+
+    def read_score(self, reply: dict, prompt_len: int, continuation: Sequence[int]) -> list[float]:
+        """`prompt_logprobs[prompt_len + j][str(continuation[j])]["logprob"]` for each j.
+
+        `prompt_logprobs` is aligned with the prompt tokens, entry 0 None, each other entry a dict
+        {token id as a JSON string: {"logprob", "rank", "decoded_token"}} (vllm.logprobs.Logprob)."""
+        continuation = _ids(continuation, "continuation")
+        choice = _choice(reply)
+        plp = _list(_field(choice, "prompt_logprobs", "choices[0]"), "choices[0].prompt_logprobs")
+        if len(plp) != prompt_len + len(continuation):
+            raise BadReply(f"vllm: choices[0].prompt_logprobs has {len(plp)} entries, expected "
+                           f"{prompt_len + len(continuation)} (prompt {prompt_len} + continuation {len(continuation)})")
+        echoed = choice.get("prompt_token_ids")
+        if echoed is not None and _list(echoed, "choices[0].prompt_token_ids")[prompt_len:] != continuation:
+            raise BadReply("vllm: choices[0].prompt_token_ids do not end with the scored continuation")
+        out = []
+        for j, tok in enumerate(continuation):
+            where = f"vllm: choices[0].prompt_logprobs[{prompt_len + j}]"
+            entry = plp[prompt_len + j]
+            if not isinstance(entry, dict) or str(tok) not in entry:
+                raise BadReply(f"{where}: no entry for token {tok}")
+            out.append(_logprob(_field(entry[str(tok)], "logprob", where), f"{where}[{str(tok)!r}].logprob"))
+        return out
+
+    def _base(self, prompt_ids: Sequence[int], *, max_tokens: int, temperature: float) -> dict:
+        """The fields every request carries: the model, token-id prompt, length, temperature, the
+        neutral sampling settings and special tokens kept (a key may end in EOS)."""
+        return {"model": self.model_id, "prompt": _ids(prompt_ids, "prompt_ids"), "max_tokens": max_tokens,
+                "temperature": temperature, "n": 1, **NEUTRAL, "skip_special_tokens": False}
+
+
+def _ids(values: Sequence[int], what: str) -> list[int]:
+    """A caller's token ids as a plain list (a bad one is the caller's error, not the server's)."""
+    out = list(values)
+    for v in out:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{what}: {v!r} is not a token id")
+    return out
+
+
+def _choice(reply) -> dict:
+    """The single choice of a completions reply."""
+    if not isinstance(reply, dict):
+        raise BadReply(f"vllm: reply is {type(reply).__name__}, expected an object")
+    choices = _list(_field(reply, "choices", "reply"), "choices")
+    if len(choices) != 1 or not isinstance(choices[0], dict):
+        raise BadReply(f"vllm: choices must hold exactly one object, got {len(choices)}")
+    return choices[0]
+
+
+def _field(obj, key: str, where: str):
+    if not isinstance(obj, dict) or key not in obj:
+        raise BadReply(f"vllm: {where}.{key} is missing")
+    return obj[key]
+
+
+def _list(value, where: str) -> list:
+    if not isinstance(value, list):
+        raise BadReply(f"vllm: {where} is {type(value).__name__}, expected a list")
+    return value
+
+
+def _token_key(text, where: str) -> int:
+    """"token_id:N" -> N (the `return_tokens_as_token_ids` spelling)."""
+    if not isinstance(text, str) or not text.startswith("token_id:") or not text[9:].isdigit():
+        raise BadReply(f"{where}: {text!r} is not 'token_id:N' (was return_tokens_as_token_ids honoured?)")
+    return int(text[9:])
+
+
+def _logprob(value, where: str) -> float:
+    """A log-prob, with vLLM's -9999.0 stand-in for -inf read back as -inf."""
+    lp = number(value, where)
+    return -math.inf if lp <= CLAMPED else lp
