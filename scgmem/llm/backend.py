@@ -159,7 +159,8 @@ class LLM(TokenizerFacts):
         self.memo: OrderedDict | None = OrderedDict() if memo_entries else None
         self.sdpa_backends = check_backends(sdpa_backends)
         self.oom = OomSplitter()  # a batch out of GPU memory is split, not fatal (scgmem/llm/oom.py)
-        self.static = StaticDecode(self.model, compile=compile) if (static_cache or compile) else None
+        self.static = (StaticDecode(self.model, compile=compile, max_batch_tokens=max_batch_tokens,  # issue 40: plan in bytes
+                                    reserved_bytes=self.score_head.copy_bytes) if (static_cache or compile) else None)
         self._shared = 0  # prefix tokens shared by the batch `_layout` laid out last
 
     # ------------------------------------------------------------------ text <-> tokens
@@ -311,8 +312,9 @@ class LLM(TokenizerFacts):
         """The pending prompts in forward batches (`scgmem.llm.batch_plan.split_call`): sorted by
         length, rows sharing a long prefix together when the prefix cache serves the call."""
         cache = self.prefix_cache if num_beams <= 1 else None
+        static = self.static if num_beams <= 1 else None  # a static cache's batches are planned padded
         return split_call(prompts, {i: encoded[i][0] for i in pending}, max_new_tokens, self.batch_size,
-                          self.max_batch_tokens, cache)
+                          self.max_batch_tokens, cache, cost=None if static is None else static.cost)
 
     def _fit_window(self, ids: list[int], max_new_tokens: int) -> tuple[list[int], bool]:
         limit = self.context_window - max_new_tokens
@@ -329,8 +331,7 @@ class LLM(TokenizerFacts):
         real = len(encoded)  # a static cache pads the rows to its bucket; outputs past `real` are dropped
         static = self.static if num_beams <= 1 else None
         if static is not None:
-            encoded, seeds = static.pad_rows(encoded, seeds)
-            config = static.configure(config)
+            encoded, seeds, config = static.prepare(encoded, seeds, config)
         with attention_kernels(self.device, self.sdpa_backends):  # the prefix prefill and generate
             input_ids, attention, states, reused = self._layout([ids for ids, _ in encoded], num_beams)
             width = input_ids.shape[1]

@@ -30,7 +30,7 @@ at `run.parallel_conversations=1`), the batches are exactly the length-sorted on
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from scgmem.llm.prefix_cache import PrefixCache, common_prefix_length
 
@@ -67,11 +67,14 @@ def groups_apart(groups: list[list[int]], rows: Sequence[list[int]], order: list
 
 
 def plan_batches(groups: list[list[int]], est_tokens: Sequence[int], batch_size: int,
-                 max_batch_tokens: int, apart: Sequence[bool] | None = None) -> list[list[int]]:
+                 max_batch_tokens: int, apart: Sequence[bool] | None = None,
+                 cost: Callable[[int, int], int] | None = None) -> list[list[int]]:
     """Cut the grouped rows into batches of at most `batch_size` rows and `max_batch_tokens`
-    padded tokens (rows x longest row's `est_tokens`), never mixing a group that stays apart
-    (`apart`; by default the groups of two or more rows) with another group."""
+    padded tokens (`cost(rows, longest row's est_tokens)`, default their product; a static KV
+    cache pads both, `scgmem.llm.static_decode.padded_tokens`), never mixing a group that stays
+    apart (`apart`; by default the groups of two or more rows) with another group."""
     apart = [len(g) > 1 for g in groups] if apart is None else apart
+    cost = cost or (lambda rows, tokens: rows * tokens)
     batches: list[list[int]] = []
     current: list[int] = []
     current_group, longest = -1, 0
@@ -79,7 +82,7 @@ def plan_batches(groups: list[list[int]], est_tokens: Sequence[int], batch_size:
         for i in group:
             cut_here = current_group != g and (apart[g] or apart[current_group])
             width = max(longest, est_tokens[i])
-            if current and (cut_here or len(current) + 1 > batch_size or (len(current) + 1) * width > max_batch_tokens):
+            if current and (cut_here or len(current) + 1 > batch_size or cost(len(current) + 1, width) > max_batch_tokens):
                 batches.append(current)
                 current, width = [], est_tokens[i]
             current.append(i)
@@ -90,11 +93,13 @@ def plan_batches(groups: list[list[int]], est_tokens: Sequence[int], batch_size:
 
 
 def split_call(prompts: Sequence[str], rows: dict[int, list[int]], max_new_tokens: int, batch_size: int,
-               max_batch_tokens: int, cache: PrefixCache | None) -> list[list[int]]:
+               max_batch_tokens: int, cache: PrefixCache | None,
+               cost: Callable[[int, int], int] | None = None) -> list[list[int]]:
     """One `generate` call's batches: `rows` maps prompt index -> token ids (the prompts still to
     compute). Sorted by length (ties by index), grouped by prefix when `cache` serves the call; a
     function of the prompts alone, so reruns form the same batches. The padded-token estimate
-    is character based (~3 characters a token in English) plus `max_new_tokens`."""
+    is character based (~3 characters a token in English) plus `max_new_tokens`; `cost` as in
+    `plan_batches`."""
     order = sorted(rows, key=lambda i: (len(prompts[i]), i))
     groups, apart = [order], [False]
     if cache is not None and len(order) > 1:
@@ -104,7 +109,7 @@ def split_call(prompts: Sequence[str], rows: dict[int, list[int]], max_new_token
         # next call of these conversations still finds every prefix, whatever their order.
         cache.reserve(2 * sum(apart))
     est = {i: len(prompts[i]) // 3 + max_new_tokens for i in rows}
-    return plan_batches(groups, est, batch_size, max_batch_tokens, apart)
+    return plan_batches(groups, est, batch_size, max_batch_tokens, apart, cost)
 
 
 class PrefillCounter:

@@ -45,6 +45,13 @@ def gqa_sdpa_forward(module, query: torch.Tensor, key: torch.Tensor, value: torc
                                              scale=scaling)
         return out.reshape(batch, heads, 1, value.shape[-1]).transpose(1, 2).contiguous(), None
     causal = attention_mask is None and (is_causal if is_causal is not None else getattr(module, "is_causal", True))
+    if causal and key.shape[2] > q_len:
+        # Prefill into an empty static cache without padding: transformers drops the mask (q_offset 0),
+        # and K/V hold every slot. SDPA's causal mask is upper-left aligned, so keys past q_len are never
+        # attended, but with q_len != kv_len CUDA's flash kernel refuses causal and the math kernel
+        # materialises (rows, heads, q, slots) fp32 scores (issue 40, item 2). transformers' own `sdpa`
+        # slices the same way (integrations/sdpa_attention.py, "prefill with an empty StaticCache").
+        key, value = key[:, :, :q_len], value[:, :, :q_len]  # (batch, kv_heads, q, dim)
     if query.device.type == "cuda" and attention_mask is not None:
         key, value, extra = repeat_kv(key, groups), repeat_kv(value, groups), {}
     else:

@@ -11,6 +11,15 @@ of batch composition (`scgmem.llm.backend`), so a split changes nothing on a flo
 at most that rounding on bf16; the splits are counted (`OomSplitter.report`, in summary.json
 under `generation.oom`) so a run whose batches were split says so.
 
+What counts as out of memory (issue 40, item 4): the caching allocator raises
+`torch.OutOfMemoryError`, but memory runs out elsewhere too, and arrives as a `RuntimeError` (or
+`torch.AcceleratorError`): cuBLAS/cuDNN handle and workspace creation
+(`CUBLAS_STATUS_ALLOC_FAILED`, `CUDNN_STATUS_ALLOC_FAILED`), CUDA graph instantiation and Triton
+kernel loads ("CUDA error: out of memory"). `is_out_of_memory` recognises those by message. Before a
+retry, `free_cuda_cache` calls the releases registered by whatever holds memory the allocator's
+`empty_cache` cannot return (`register_release`: the static KV caches and CUDA graph pools of
+`scgmem.llm.static_decode`), then empties the cache.
+
 Example::
 
     splitter = OomSplitter()
@@ -20,23 +29,49 @@ from __future__ import annotations
 
 import gc
 import logging
+import re
+import weakref
 from typing import Callable, Sequence
 
 import torch
 
 log = logging.getLogger(__name__)
 
+# Messages of out-of-memory errors that do not come from the caching allocator.
+OOM_MESSAGES = re.compile(r"out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|"
+                          r"CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory", re.IGNORECASE)
+_RELEASES: list[weakref.WeakMethod] = []
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is the device running out of memory: the allocator's OutOfMemoryError, or a
+    RuntimeError / AcceleratorError (a subclass of RuntimeError) whose message says so."""
+    if isinstance(error, torch.OutOfMemoryError):
+        return True
+    return isinstance(error, RuntimeError) and bool(OOM_MESSAGES.search(str(error)))
+
+
+def register_release(method) -> None:
+    """Have `free_cuda_cache` call `method` (a bound method, held weakly: its object may go away)."""
+    _RELEASES.append(weakref.WeakMethod(method))
+
 
 def free_cuda_cache() -> None:
-    """Return the caching allocator's free blocks to the driver (a no-op without CUDA), after
-    the failed attempt's tensors are garbage: the traceback of the OOM held them."""
+    """Drop what the registered holders keep (static caches, CUDA graph pools), then return the
+    caching allocator's free blocks to the driver (a no-op without CUDA), after the failed
+    attempt's tensors are garbage: the traceback of the OOM held them."""
+    _RELEASES[:] = [ref for ref in _RELEASES if ref() is not None]
+    for ref in list(_RELEASES):
+        release = ref()
+        if release is not None:
+            release()
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
 
 class OomSplitter:
-    """Runs forward batches, halving a batch that raises `torch.OutOfMemoryError`.
+    """Runs forward batches, halving a batch that runs out of memory (`is_out_of_memory`).
 
     Attributes (counts, so shards of a run add up):
         splits: batches (or parts of one) that ran out of memory and were split in two.
@@ -56,7 +91,9 @@ class OomSplitter:
     def _run(self, run_batch, items: list, depth: int) -> list:
         try:
             return run_batch(items)
-        except torch.OutOfMemoryError as e:
+        except RuntimeError as e:  # torch.OutOfMemoryError and AcceleratorError are RuntimeErrors
+            if not is_out_of_memory(e):
+                raise
             if len(items) <= 1:
                 raise torch.OutOfMemoryError(
                     f"one row ran out of GPU memory after {depth} halvings ({e}); lower "

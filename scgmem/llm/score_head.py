@@ -15,6 +15,15 @@ nothing. On a float32 model it does nothing.
 
 The head's `forward` is replaced on the instance (not the module), so parameter names,
 tied weights and `save_pretrained` are unchanged.
+
+Under torch.compile (`model.compile`, scgmem/llm/static_decode.py) the replaced `forward` is traced
+into the decode graph, and dynamo guards on every Python value it reads. So it reads only `_on`
+(two graphs per shape: scored and not) and the float32 copy, made in `float32()` before the first
+forward; the call counter is kept there too (issue 40, item 1: a counter bumped inside `forward`
+was a new guard value at every step, so every step compiled a new graph until dynamo's recompile
+limit sent the model back to eager). Under `device_map=auto` the head may sit on another GPU than
+the last layer: accelerate's hook, which moves the input, is bypassed here, so the hidden state is
+moved to the copy's device (item 6).
 """
 from __future__ import annotations
 
@@ -45,17 +54,25 @@ class ScoreHead:
         self._on = False
         self._weight: torch.Tensor | None = None
         self._bias: torch.Tensor | None = None
-        self.calls = 0  # forwards computed in float32
+        self.calls = 0  # scored calls (`float32()` blocks that switched the head), never counted per forward
         if self.active:
             original = self.head.forward
 
             def forward(module, hidden: torch.Tensor) -> torch.Tensor:
                 if not self._on:
                     return original(hidden)
-                self.calls += 1
-                return torch.nn.functional.linear(hidden.float(), *self._float_params())
+                weight = self._weight
+                return torch.nn.functional.linear(hidden.to(weight.device).float(), weight, self._bias)
 
             self.head.forward = types.MethodType(forward, self.head)
+
+    @property
+    def copy_bytes(self) -> int:
+        """Bytes the float32 copy of the head takes once made (0 when the head never switches):
+        151,936 x 2,048 x 4 = 1.2 GB for Qwen2.5-3B. A memory plan counts it (`scgmem.llm.static_decode`)."""
+        if not self.active:
+            return 0
+        return self.head.weight.numel() * 4 + (0 if getattr(self.head, "bias", None) is None else self.head.bias.numel() * 4)
 
     def _float_params(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         weight = self.head.weight
@@ -69,6 +86,10 @@ class ScoreHead:
     def float32(self, on: bool = True):
         """Inside: the head computes in float32 (when `on`, the model is not float32 and the
         score dtype is float32)."""
+        switch = on and self.active and not self._on
+        if switch:
+            self._float_params()  # outside any compiled forward: the copy's creation is no guard there
+            self.calls += 1
         previous, self._on = self._on, self._on or (on and self.active)
         try:
             yield
