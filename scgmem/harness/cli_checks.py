@@ -1,4 +1,6 @@
-"""Checks of command-line overrides that Hydra would otherwise report as a multi-line traceback."""
+"""Checks of command-line overrides that Hydra would otherwise report as a multi-line traceback
+(exit 1): an unknown group option (`model=gpt5`), an unknown group (`+experment=x`) and a setting
+that does not exist (`run.progres=false`, found by composing the config once, as Hydra will)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,6 +41,44 @@ def check_overrides(argv: list[str], config_dir: Path) -> str | None:
         for choice in _choices(value):
             if choice not in known:
                 return f"{key}={choice}: unknown {key}; choose one of {', '.join(known)}"
+    return None
+
+
+def check_keys(argv: list[str], config_dir: Path) -> str | None:
+    """Compose the config with the overrides of `argv` (a sweep's first value of each) and return a
+    one-line problem when Hydra cannot apply one (a misspelled key), else None. Errors of another
+    kind (syntax, launcher plugins) are left to Hydra's own report."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import ConfigCompositionException, HydraException
+
+    try:
+        overrides = OverridesParser.create().parse_overrides([a for a in argv if not a.startswith("-")])
+    except HydraException:
+        return None
+    lines = []
+    for o in overrides:
+        if o.key_or_group.startswith("hydra") and not o.key_or_group.startswith("hydra.searchpath"):
+            continue  # run dirs, launchers and sweepers: Hydra's own settings, checked by Hydra
+        lines.append(f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override()
+                     else o.input_line)
+    if GlobalHydra.instance().is_initialized():  # a caller's Hydra (tests): leave it alone
+        return None
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            compose(config_name="config", overrides=lines)
+    except ConfigCompositionException as e:
+        cause = " ".join(str(e.__cause__ or "").split("\n")[0].split())
+        first = " ".join(str(e).split("\n")[0].split())
+        bad = next((line for line in lines if f"'{line.split('=', 1)[0].lstrip('+~')}'" in first), None)
+        if bad is not None and "not in struct" in cause:
+            key = bad.split("=", 1)[0].lstrip("+~")
+            return (f"{bad}: no such setting ({cause.rstrip('.')}); check the spelling, or write +{key}=... "
+                    "to add a new one")
+        return f"{first}{' (' + cause + ')' if cause else ''}"
+    except Exception:  # noqa: BLE001 - any other failure is Hydra's to report, as before
+        return None
     return None
 
 

@@ -30,10 +30,13 @@ from scgmem.config_resolvers import CONFIG_DIR
 from scgmem.harness.cache import MemoryCache
 from scgmem.harness.gpu_sharing import claim_gpu, place_job, visible_gpus
 from scgmem.harness.judging import judge_model_node, judge_options, judge_records, make_judge
-from scgmem.harness.pipeline import Pipeline, check_run_settings, parse_question_shard
+from scgmem.harness.pipeline import Pipeline, check_run_settings, parse_question_shard, read_stored_predictions
 from scgmem.harness.paper_settings import check_embedder_choice
 from scgmem.harness.records import write_json_atomic
-from scgmem.harness.rundir import RunDirMismatch, check_run_dir, speed_changes
+from scgmem.harness.run_lock import LOCK_NAME, RunDirLocked, run_dir_lock
+from scgmem.harness.rundir import RunDirMismatch, check_run_dir, data_hashes, speed_changes
+from scgmem.harness.safe_files import check_run_dir_links, disk_error
+from scgmem.harness.untrusted import StoredFileError
 from scgmem.harness.summary import build_summary
 from scgmem.llm.chat_template import ChatPolicy
 from scgmem.llm.http_client import ServerError
@@ -57,8 +60,10 @@ def _debug() -> bool:
 def _fail(message: str, run_dir: Path | None = None, fresh: bool = False) -> None:
     """Print one line and exit 2; remove the run dir if this run created it and wrote nothing else."""
     if run_dir is not None and fresh:
-        for name in (".hydra", "run.log", "run.json", "wandb_run.json", "wandb"):
+        for name in (".hydra", "run.log", "run.json", "wandb_run.json", "wandb", "usage.jsonl", LOCK_NAME):
             target = run_dir / name
+            if target.is_symlink():  # never followed, never removed: a planted link is the user's to see
+                continue
             if target.is_dir():
                 shutil.rmtree(target, ignore_errors=True)
             elif target.exists():
@@ -157,6 +162,8 @@ def evaluate(cfg: DictConfig) -> dict:
                          "(scgmem/api/data_source.py: scored, questions_per_category, load, summary_info)")
     conversations, load_report = data.load()
     categories = data.scored
+    if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or cfg.seed < 0:  # every seed derives from it
+        raise UsageError(f"seed={cfg.seed!r}: must be an integer >= 0")
     parallel = cfg.run.get("parallel_conversations", 1)
     try:
         check_run_settings(cfg.run.answer_batch_size, parallel)
@@ -166,11 +173,15 @@ def evaluate(cfg: DictConfig) -> dict:
     problem = check_embedder_choice(list(HydraConfig.get().overrides.task), choices, cfg.embedder.get("name"))
     if problem:
         raise UsageError(problem)
-    check_run_dir(run_dir, cfg)
     logger = _instantiate(cfg.logger, f"logger={choices.get('logger')}")  # a bad logger fails before the model loads
-
     protocol_node, chat = split_protocol(cfg)
     protocol = _instantiate(protocol_node, "protocol", categories=categories)
+    done: list[dict] = []
+
+    def read_done() -> None:  # the stored records, checked against the data before run.json is rewritten
+        done.extend(read_stored_predictions(run_dir, conversations, protocol, cfg.seed, data.questions_per_category))
+
+    check_run_dir(run_dir, cfg, data_hashes(data), before_write=read_done)
     model_node, embedder_node, placement = _placement(cfg)
     start = time.perf_counter()
     llm = _shared("model", model_node, f"model={choices.get('model')}")
@@ -198,7 +209,7 @@ def evaluate(cfg: DictConfig) -> dict:
     config = OmegaConf.to_container(cfg, resolve=True)
     logger.start(config, run_dir, name=f"{choices.get('model')}/{method_name}")
     try:
-        records = pipeline.run(conversations)
+        records = pipeline.run(conversations, done_records=done)
     except BaseException:  # a crash, a kill signal Python sees, Ctrl-C: keep what was logged, marked failed
         logger.abort()
         raise
@@ -228,19 +239,28 @@ def task(cfg: DictConfig):
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     fresh = not (run_dir / "predictions.jsonl").exists()
     try:
-        summary = evaluate(cfg)
-    except (UsageError, DataError, ModelFilesMissing, RunDirMismatch, UnsafePath, ServerError) as e:
+        check_run_dir_links(run_dir)  # before anything is read or written (Hydra's own files: run_log.py)
+        with run_dir_lock(run_dir):
+            summary = evaluate(cfg)
+    except RunDirLocked as e:  # the directory is another run's: remove nothing
+        _fail(str(e))
+    except (UsageError, DataError, ModelFilesMissing, RunDirMismatch, UnsafePath, ServerError, StoredFileError) as e:
         # ServerError: the server stopped answering; predictions are kept and a rerun resumes
+        # StoredFileError: a file read back (run.json, predictions, usage, a link) is not what the harness writes
         if _debug():
             raise
         _fail(str(e), run_dir, fresh and not (run_dir / "predictions.jsonl").exists())
+    except OSError as e:  # a full disk: what was written is kept (appends roll back, temp files removed)
+        if _debug() or disk_error(e) is None:
+            raise
+        _fail(disk_error(e), run_dir, fresh and not (run_dir / "predictions.jsonl").exists())
     return summary["average"]["f1"]
 
 
 def main() -> None:
-    from scgmem.harness.cli_checks import check_overrides
+    from scgmem.harness.cli_checks import check_keys, check_overrides
 
-    problem = check_overrides(sys.argv[1:], CONFIG_DIR)
+    problem = check_overrides(sys.argv[1:], CONFIG_DIR) or check_keys(sys.argv[1:], CONFIG_DIR)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)

@@ -10,15 +10,25 @@ model.max_batch_tokens after a CUDA OOM. They can still move a number in the las
 bfloat16 a row's result depends on what else is in its batch), so run.json keeps them
 (`speed`) and a list of every change with the number of predictions written before it
 (`speed_changes`); summary.json copies that list.
+
+run.json also records a content hash of the data (`data`: sha256 of the data file and, under
+data.gold=audited, of the audit file): editing the data under the same path changes no setting,
+so a resume compares the hashes and refuses when they differ. run.json itself is read back as
+untrusted input (`read_run_json`): a file that is not what this module writes is refused in one
+line, never treated as absent (its predictions would be adopted under another config).
 """
 from __future__ import annotations
 
-import json
+import hashlib
 from pathlib import Path
+from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from scgmem.harness.records import write_json_atomic
+from scgmem.harness.safe_files import read_json_file, write_json_atomic
+from scgmem.harness.untrusted import StoredFileError, depth, need_dict, need_int
+
+MAX_RUN_JSON_BYTES = 16 << 20  # a run.json is a few KB
 
 # Settings that never change a prediction, so a resumed run may differ in them
 # (data._target_ names the class that reads the file, not what is read; model.cache_dir is where
@@ -93,6 +103,54 @@ class RunDirMismatch(RuntimeError):
     """The run directory holds results of a different configuration."""
 
 
+def read_run_json(path: Path) -> dict:
+    """run.json read back: an object with a non-empty flat `config` ({dotted key: JSON value}),
+    optional `speed` (flat), `speed_changes` (a list of objects) and `data` ({name: sha256 hex});
+    anything else is refused in one line (StoredFileError)."""
+    if path.exists() and not path.is_file() and not path.is_symlink():
+        raise StoredFileError(path, "file", "not a file", "run.json must be a file")
+    record = need_dict(read_json_file(path, MAX_RUN_JSON_BYTES), path, "run.json")
+    config = record.get("config")
+    if not isinstance(config, dict) or not config:
+        raise StoredFileError(path, "config", config, "missing or empty: cannot tell which configuration made "
+                              "this directory's predictions; use another hydra.run.dir")
+    for name in ("config", "speed"):
+        for key, value in need_dict(record.get(name, {}), path, name).items():
+            if depth(value) > 4:  # leaves are scalars or short lists (data.samples, sdpa_backends)
+                raise StoredFileError(path, f"{name}.{key}", "...", "nested deeper than a setting")
+    changes = record.get("speed_changes", [])
+    if not isinstance(changes, list):
+        raise StoredFileError(path, "speed_changes", changes, "must be a list")
+    for i, change in enumerate(changes):
+        need_dict(change, path, f"speed_changes[{i}]")
+        need_int(change.get("predictions_before"), path, f"speed_changes[{i}].predictions_before", 0, 10**9)
+    for name, digest in need_dict(record.get("data", {}), path, "data").items():
+        if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
+            raise StoredFileError(path, f"data.{name}", digest, "must be a sha256 hex digest")
+    return record
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def data_hashes(data) -> dict[str, str]:
+    """{"data": sha256 of the data file, "audit": sha256 of the audit file (data.gold=audited)} of a
+    DataSource with a `path` (others: {} and nothing is compared)."""
+    out = {}
+    if isinstance(getattr(data, "path", None), (str, Path)) and Path(data.path).is_file():
+        out["data"] = file_sha256(data.path)
+    if getattr(data, "gold", None) == "audited":
+        from scgmem.data.locomo_audit import AUDIT_PATH
+
+        out["audit"] = file_sha256(AUDIT_PATH)
+    return out
+
+
 def _ignored(key: tuple) -> bool:
     return any(key[: len(i)] == i for i in IGNORED | SPEED)
 
@@ -110,11 +168,9 @@ def speed_settings(config: dict) -> dict:
 
 
 def speed_changes(run_dir: Path) -> list[dict]:
-    """The SPEED changes recorded in `run_dir`/run.json ([] when none or no run.json)."""
-    try:
-        return list(json.loads((run_dir / "run.json").read_text()).get("speed_changes") or [])
-    except (OSError, ValueError, AttributeError):
-        return []
+    """The SPEED changes recorded in `run_dir`/run.json ([] when there is no run.json)."""
+    path = run_dir / "run.json"
+    return list(read_run_json(path).get("speed_changes") or []) if path.is_file() else []
 
 
 def comparable_settings(obj, prefix=()) -> dict:
@@ -131,23 +187,29 @@ def comparable_settings(obj, prefix=()) -> dict:
     return {".".join(prefix): obj}
 
 
-def check_run_dir(run_dir: Path, cfg: DictConfig) -> None:
-    """Refuse a directory whose predictions come from another config; record ours otherwise."""
+def check_run_dir(run_dir: Path, cfg: DictConfig, hashes: dict[str, str] | None = None,
+                  before_write: Callable[[], None] | None = None) -> None:
+    """Refuse a directory whose predictions come from another config or other data (`hashes`:
+    `data_hashes` of the data now); record ours otherwise. `before_write` runs after the checks and
+    before run.json is written (the runner checks the stored records there), so a refusal leaves
+    run.json as it was."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     current, speed = comparable_settings(resolved), speed_settings(resolved)
+    hashes = dict(hashes or {})
     path = run_dir / "run.json"
     record: dict = {}
-    if path.is_file():
-        try:
-            record = json.loads(path.read_text())
-            previous = record["config"]
-            record = record if isinstance(record, dict) else {}
-            # A run.json written before a setting joined IGNORED still holds it: drop it here too.
-            previous = {k: v for k, v in previous.items() if not _ignored(tuple(k.split(".")))}
-            previous = upgraded(previous, current)
-        except (ValueError, KeyError, AttributeError):
-            previous = None
-        if previous is not None and previous != current:
+    if path.exists() or path.is_symlink():
+        record = read_run_json(path)
+        # A run.json written before a setting joined IGNORED still holds it: drop it here too.
+        previous = {k: v for k, v in record["config"].items() if not _ignored(tuple(k.split(".")))}
+        previous = upgraded(previous, current)
+        for name, digest in (record.get("data") or {}).items():
+            if hashes.get(name, digest) != digest:
+                what = "the audited-gold file" if name == "audit" else f"the data file {current.get('data.path')}"
+                raise StoredFileError(path, f"data.{name}", digest[:16], f"{what} changed since this run started "
+                                      f"(now {hashes[name][:16]}); its predictions answer other questions or golds: "
+                                      "use another hydra.run.dir")
+        if previous != current:
             diffs = [f"{k}: {previous.get(k)!r} -> {current.get(k)!r}"
                      for k in sorted(set(previous) | set(current)) if previous.get(k) != current.get(k)]
             raise RunDirMismatch(f"{run_dir} holds results of a different configuration ({'; '.join(diffs[:3])}"
@@ -163,4 +225,9 @@ def check_run_dir(run_dir: Path, cfg: DictConfig) -> None:
         keys = sorted(k for k in set(before) | set(speed) if before.get(k) != speed.get(k))
         changes.append({"predictions_before": done, "from": {k: before.get(k) for k in keys},
                         "to": {k: speed.get(k) for k in keys}})
-    write_json_atomic(path, {"config": current, "speed": speed, "speed_changes": changes})
+    if before_write is not None:
+        before_write()
+    # a run.json from before data hashes keeps none for what it cannot vouch for; its records were
+    # checked against today's data (scgmem/harness/stored_records.py) and the hashes start now
+    write_json_atomic(path, {"config": current, "speed": speed, "speed_changes": changes, "data": hashes},
+                      root=run_dir)
