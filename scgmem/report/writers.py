@@ -71,13 +71,13 @@ def _legend(table: Table) -> list[str]:
             *([f"J: the LLM judge's accuracy, the share of CORRECT labels averaged over its runs "
                "(scgmem-report judge; docs/scoring.md, \"LLM judge (J)\"); the paper reports none."]
               if JUDGE in table.metrics else []),
-            CAT5_LEGEND, *table.notes]
+            CAT5_LEGEND, *(md_line(note) for note in table.notes)]  # notes name runs, models, paths
 
 
 def to_markdown(table: Table) -> str:
     cols = _columns(table)
     head = ["Method", "", *(f"{CATEGORY_TITLES.get(c, c)} {METRIC_TITLES[m]}" for c, m in cols), "n", "Settings"]
-    lines = [f"## {table.title}", ""]
+    lines = [f"## {md_line(table.title)}", ""]
     for block in table.blocks:
         paper = block.paper_model or "none"
         same = " (the paper did not run this model)" if block.paper_model not in (None, block.model) else ""
@@ -89,9 +89,10 @@ def to_markdown(table: Table) -> str:
                                             "" if row.n is None else str(row.n), _settings_text(row)]) + " |")
             lines.append("| " + " | ".join(["", "paper", *(_paper_text(x) for x in cells), "", ""]) + " |")
         if block.paired:
-            lines += ["", f"Paired bootstrap ({block.model}): a − b in percent points over the questions both "
-                      "runs answered; p = share of resamples with a − b ≤ 0 (one-sided, a > b).", "",
-                      "| Category | Metric | a | b | n | a − b | 95% CI | p |", "|---|---|---|---|---:|---:|---:|---:|"]
+            lines += ["", f"Paired bootstrap ({md_line(block.model)}): a − b in percent points over the questions both "
+                      "runs answered; p: two-sided (twice the smaller tail of the resampled a − b), not corrected "
+                      "for the columns tested.", "",
+                      "| Category | Metric | a | b | n | a − b | 95% CI | p (two-sided) |", "|---|---|---|---|---:|---:|---:|---:|"]
             for p in block.paired:
                 ci = "–" if p["ci_low"] is None else f"[{p['ci_low']:+.2f}, {p['ci_high']:+.2f}]"
                 pv = "–" if p["p_value"] is None else f"{p['p_value']:.3f}"
@@ -145,7 +146,7 @@ def _cat5_markdown(block) -> list[str]:
     rows = cat5_records(table)
     if not rows:
         return []
-    lines = ["", f"Category 5 apart ({block.model}); see the legend below.", "",
+    lines = ["", f"Category 5 apart ({md_line(block.model)}); see the legend below.", "",
              "| Method | Average 1-4 F1 / BLEU-1 | Cat. 5 n | refusal | trap | both | trap repeat | "
              "F1 from trap / both |", "|---|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
@@ -199,6 +200,30 @@ def md_text(text) -> str:
     return flat.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def md_line(text) -> str:
+    """Text as part of one Markdown line (a heading, a note): newlines would start a new block (a
+    model name "x\n## y" would inject a heading), '<' could open HTML."""
+    return " ".join(str(text).split()).replace("<", "&lt;").replace(">", "&gt;")
+
+
+# A spreadsheet reads a cell starting with one of these as a formula (CSV injection): such text
+# cells get a leading apostrophe, which spreadsheets show as text. Numbers are written as they are.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value):
+    """`value` as a CSV cell that no spreadsheet evaluates (see FORMULA_STARTS)."""
+    return f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
+
+
+def write_csv(path: Path, rows: list[dict], fields) -> None:
+    """Rows as CSV with a header, every text cell through `csv_cell`."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)
+
+
 def to_latex(table: Table) -> str:
     """One booktabs tabular per model: an "ours" line (value and CI) and a "paper" line per row."""
     cols = _columns(table)
@@ -233,9 +258,6 @@ def write_table(table: Table, out_dir: str | Path) -> list[Path]:
     paths[0].write_text(to_markdown(table), encoding="utf-8")
     for path, rows, fields in ((paths[1], cells, CSV_FIELDS), (paths[2], paired, PAIRED_FIELDS),
                                (paths[4], cat5_records(table), CAT5_FIELDS)):
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(path, rows, fields)
     paths[3].write_text(to_latex(table), encoding="utf-8")
     return paths

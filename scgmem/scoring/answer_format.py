@@ -27,11 +27,25 @@ _FENCE = re.compile(r"```[A-Za-z0-9_-]*")  # a Markdown code fence, with or with
 ANSWER_READS = ("primed", "own_object", "fallback")  # how an answer was read: record field "answer_read"
 
 
+def _decode(text: str):
+    """The first JSON value at the start of `text`, or None when there is none. RecursionError is
+    caught too: a reply of 5,000 nested '[' is an answer that does not parse, not a crash."""
+    try:
+        return json.JSONDecoder().raw_decode(text)[0]
+    except (ValueError, RecursionError):
+        return None
+
+
 def _answer_field(obj) -> str | None:
     """obj["answer"] as a string (non-strings re-serialised), or None when there is none."""
     if not isinstance(obj, dict) or obj.get("answer") is None:
         return None
-    return obj["answer"] if isinstance(obj["answer"], str) else json.dumps(obj["answer"])
+    if isinstance(obj["answer"], str):
+        return obj["answer"]
+    try:
+        return json.dumps(obj["answer"])
+    except RecursionError:  # decoded below the limit, but re-encoding nests one level deeper
+        return None
 
 
 def parse_json_answer(reply: str) -> str | None:
@@ -43,11 +57,7 @@ def parse_json_answer(reply: str) -> str | None:
     start = reply.find("{")
     if start < 0:
         return None
-    try:
-        obj, _ = json.JSONDecoder().raw_decode(reply[start:])
-    except ValueError:
-        return None
-    return _answer_field(obj)
+    return _answer_field(_decode(reply[start:]))
 
 
 def parse_own_object(reply: str) -> str | None:
@@ -61,13 +71,8 @@ def parse_own_object(reply: str) -> str | None:
     '7 May 2023'
     """
     text = _FENCE.sub("", reply)
-    decoder = json.JSONDecoder()
     for start in (i for i, ch in enumerate(text) if ch == "{"):
-        try:
-            obj, _ = decoder.raw_decode(text[start:])
-        except ValueError:
-            continue
-        answer = _answer_field(obj)
+        answer = _answer_field(_decode(text[start:]))
         if answer is not None:
             return answer
     return None

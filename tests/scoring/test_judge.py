@@ -25,10 +25,10 @@ CATS = {1: "multi_hop", 2: "temporal"}
     ("Label: correct", "CORRECT", True),
     ("Final verdict: WRONG", "WRONG", True),
     ('{"label": "CORRECT"}', "CORRECT", True),
-    ('Here: {"verdict": "wrong", "reason": "other city"}', "WRONG", True),
-    ("The prediction is incorrect.", "WRONG", True),          # "incorrect" is not "correct"
-    ("INCORRECT", "WRONG", True),
-    ("The answer is correct", "CORRECT", True),
+    ('Here: {"verdict": "wrong", "reason": "other city"}', "WRONG", False),  # the verdict is the start
+    ("The prediction is incorrect.", "WRONG", False),         # a label after the start is not the verdict
+    ("INCORRECT", "WRONG", True),                             # "incorrect" is not "correct"
+    ("The answer is correct", "WRONG", False),                # (tests/scoring/test_judge_injection.py)
     ("CORRECT or WRONG", "CORRECT", True),                     # leads with a label: the first word counts
     ("It could be correct or wrong", "WRONG", False),          # both kinds, neither first: unparsed
     ("I am not sure", "WRONG", False),
@@ -93,7 +93,7 @@ def _judge_script(prompt: str) -> str:
     pred = re.search(r"Predicted answer: pred(\d)", prompt)
     if pred and pred.group(1) == "4":
         return "no idea"
-    return "CORRECT" if gold and pred and gold.group(1) in "013" else "The prediction is wrong."
+    return "CORRECT" if gold and pred and gold.group(1) in "013" else "WRONG: the prediction names another thing."
 
 
 def test_judge_labels_one_run_in_one_batched_call():
