@@ -1,72 +1,50 @@
 """The paper's claims, tested on runs that answered the same questions.
 
-Every comparison here is paired: two runs are matched question by question on
-(sample_id, qa_index), and the difference of their *average* F1 (the paper's unweighted mean
-over the scored categories) is resampled by a stratified paired bootstrap: questions are
-drawn with replacement within each category, as the average weighs categories, not
-questions. A claim "A scores above B" then
+Every comparison is paired: two runs are matched question by question on (sample_id, qa_index),
+and the difference of their *average* F1 (the paper's unweighted mean over the scored
+categories) is resampled by a stratified paired bootstrap (`scgmem.report.paired`; 10,000
+resamples, p-values two-sided). A claim "A scores above B"
 
-- **holds** when the 95% interval of mean(A) - mean(B) lies above zero,
-- **does not hold** when it lies below zero (B is above A),
-- **cannot be told apart** when it crosses zero.
+- **holds** when the difference is positive and its p-value is below 0.05,
+- **does not hold** when it is negative with p below 0.05 (B is above A),
+- **cannot be told apart** otherwise.
 
-The claims (paper Sections 4.2-4.5): SCG-Mem above every baseline (Table 1), above A-MEM in
-particular, each ablation below the full method (Table 2), an optimum of k near 35
-(Figure 3) and of one association hop (Figure 4). For an optimum at x*, the claim holds when
-no other setting is above x* (each such interval crosses zero or lies below it) and x* is
-above at least one setting; it does not hold when some setting is above x*.
+A claim that rests on several tests uses Holm-adjusted p-values (`paired.holm`): "SCG-Mem above
+every baseline" is seven tests, and a raw p below 0.05 in two of seven is what chance alone often
+gives. The tables print the raw and the adjusted p side by side; the verdict reads the adjusted one.
+
+An optimum at x* (k near 35, Figure 3; one hop, Figure 4) must be able to fail on a flat curve:
+
+- the rule **accepts** a setting x when x is significantly above each neighbour in the sweep (the
+  settings just below and just above it; one at either end). Both tests must pass, so no
+  correction is needed (an intersection-union test);
+- the claim **holds** when the rule accepts x* and no other setting; it **does not hold** when some
+  setting is significantly above x* (Holm over x* against every other setting); otherwise (the
+  rule accepts none, or several, or another setting that is not significantly above x*) the
+  optimum **cannot be told apart**. The evidence names every setting the rule accepts, and the
+  share of joint resamples in which each setting has the highest average (`paired.top_shares`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from scgmem.report.collect import Run
+from scgmem.report.paired import N_RESAMPLES, P_LABEL, holm, paired_average, top_shares
+from scgmem.report.paper import FULL_SETTINGS, run_title
 from scgmem.report.writers import md_text
 
 ABOVE, BELOW, UNCLEAR = "holds", "does not hold", "cannot be told apart"
-# SCG-Mem's settings in the paper's main configuration (configs/method/scgmem.yaml).
-FULL_SETTINGS = {"k": 35, "hops": 1, "constraint": True, "evolution": True}
+ALPHA = 0.05
 BASELINE_ORDER = ("full_context", "readagent", "memorybank", "memgpt", "amem", "rag", "rag_locomo")
 
 
-def paired_average(a: Run, b: Run, n_resamples: int = 2000, seed: int = 0, alpha: float = 0.05) -> dict:
-    """Stratified paired bootstrap of average F1 (percent points) of run `a` minus run `b`.
-
-    Returns {"n", "unmatched", "diff", "ci_low", "ci_high", "p_value"}; p_value is two-sided
-    (twice the smaller tail of the resampled differences around zero, capped at 1).
-    Raises ValueError when the runs share no question.
-    """
-    a_by = {(r["sample_id"], r["qa_index"]): r for r in a.records}
-    b_by = {(r["sample_id"], r["qa_index"]): r for r in b.records}
-    shared = sorted(a_by.keys() & b_by.keys())
-    if not shared:
-        raise ValueError(f"{a.run_dir} and {b.run_dir} answered no question in common")
-    by_cat: dict[int, np.ndarray] = {}
-    for cat in sorted({int(a_by[k]["category"]) for k in shared}):
-        keys = [k for k in shared if int(a_by[k]["category"]) == cat]
-        by_cat[cat] = np.array([100.0 * (float(a_by[k]["f1"]) - float(b_by[k]["f1"])) for k in keys])
-    rng = np.random.default_rng(seed)
-    resampled = np.zeros(n_resamples)
-    for diffs in by_cat.values():  # (n_cat,) -> each resample's category mean, (n_resamples,)
-        idx = rng.integers(0, len(diffs), size=(n_resamples, len(diffs)))
-        resampled += diffs[idx].mean(axis=1)
-    resampled /= len(by_cat)
-    diff = float(np.mean([d.mean() for d in by_cat.values()]))
-    low, high = np.quantile(resampled, [alpha / 2, 1 - alpha / 2])
-    p = min(1.0, 2 * min(float(np.mean(resampled <= 0)), float(np.mean(resampled >= 0))))
-    return {"n": len(shared), "unmatched": len(a_by.keys() ^ b_by.keys()), "diff": diff,
-            "ci_low": float(low), "ci_high": float(high), "p_value": p}
-
-
-def verdict(test: dict) -> str:
-    """ABOVE / BELOW / UNCLEAR for "a above b" from a paired_average result."""
-    if test["ci_low"] > 0:
-        return ABOVE
-    if test["ci_high"] < 0:
-        return BELOW
-    return UNCLEAR
+def verdict(test: dict, alpha: float = ALPHA) -> str:
+    """ABOVE / BELOW / UNCLEAR for "a above b" from a test: its Holm-adjusted p where it has one
+    (`p_holm`), else its raw two-sided p."""
+    p = test["p_holm"] if test.get("p_holm") is not None else test["p_value"]
+    if p >= alpha or test["diff"] == 0:
+        return UNCLEAR
+    return ABOVE if test["diff"] > 0 else BELOW
 
 
 @dataclass
@@ -90,7 +68,32 @@ def _pick(runs: list[Run], label: str, predicate) -> Run | None:
 
 
 def _test(a: Run, b: Run, a_label: str, b_label: str, **kw) -> dict:
-    return {"a": a_label, "b": b_label, **paired_average(a, b, **kw)}
+    return {"a": a_label, "b": b_label, **paired_average(a, b, **kw), "p_holm": None}
+
+
+def _with_holm(tests: list[dict]) -> list[dict]:
+    """The tests with `p_holm` set over them as one family (a family of one keeps its raw p)."""
+    for t, adjusted in zip(tests, holm([t["p_value"] for t in tests])):
+        t["p_holm"] = adjusted if len(tests) > 1 else None
+    return tests
+
+
+def _flipped(test: dict, a: str, b: str) -> dict:
+    """The same resamples read as b minus a (the draws are shared, so every difference changes sign)."""
+    return {**test, "a": a, "b": b, "diff": -test["diff"], "ci_low": -test["ci_high"], "ci_high": -test["ci_low"],
+            "p_holm": None}
+
+
+def optimum_rule(xs: list[int], test) -> list[int]:
+    """The settings of the sorted sweep `xs` that the optimum rule accepts: x is significantly above
+    each neighbour (raw two-sided p, both must pass). `test(x, y)` returns the paired test of x
+    minus y."""
+    accepted = []
+    for i, x in enumerate(xs):
+        neighbours = [xs[j] for j in (i - 1, i + 1) if 0 <= j < len(xs)]
+        if neighbours and all(verdict({**test(x, y), "p_holm": None}) == ABOVE for y in neighbours):
+            accepted.append(x)
+    return accepted
 
 
 def _optimum_claim(runs: list[Run], setting: str, paper_best: int, title: str, **kw) -> Claim | None:
@@ -101,35 +104,62 @@ def _optimum_claim(runs: list[Run], setting: str, paper_best: int, title: str, *
             points[int(r.setting(setting, FULL_SETTINGS[setting]))] = r
     if paper_best not in points or len(points) < 2:
         return None
+    xs = sorted(points)
+    name = {x: f"{setting}={x}" for x in xs}
     best = points[paper_best]
-    tests = [_test(best, points[x], f"{setting}={paper_best}", f"{setting}={x}", **kw)
-             for x in sorted(points) if x != paper_best]
-    verdicts = [verdict(t) for t in tests]
-    if BELOW in verdicts:
+    tests = _with_holm([_test(best, points[x], name[paper_best], name[x], **kw) for x in xs if x != paper_best])
+    by_pair = {(paper_best, x): t for x, t in zip([x for x in xs if x != paper_best], tests)}
+    for lo, hi in zip(xs, xs[1:]):  # neighbours not involving x*, for the rule over every setting
+        if paper_best not in (lo, hi):
+            t = _test(points[lo], points[hi], name[lo], name[hi], **kw)
+            tests.append(t)
+            by_pair[(lo, hi)] = t
+
+    def test(x: int, y: int) -> dict:
+        return by_pair[(x, y)] if (x, y) in by_pair else _flipped(by_pair[(y, x)], name[x], name[y])
+
+    accepted = optimum_rule(xs, test)
+    above_best = [t["b"] for t in tests[:len(xs) - 1] if verdict(t) == BELOW]
+    if above_best:
         outcome = BELOW
-    elif ABOVE in verdicts:
+    elif accepted == [paper_best]:
         outcome = ABOVE
     else:
         outcome = UNCLEAR
-    top = max(points, key=lambda x: points[x].summary["average"]["f1"])
-    evidence = (f"highest average F1 at {setting}={top} ({points[top].summary['average']['f1']:.2f}); "
-                f"{setting}={paper_best}: {best.summary['average']['f1']:.2f}; "
-                f"{sum(v == BELOW for v in verdicts)} setting(s) above it, {sum(v == ABOVE for v in verdicts)} below, "
-                f"{sum(v == UNCLEAR for v in verdicts)} not told apart")
+    f1 = {x: points[x].summary["average"]["f1"] for x in xs}
+    rank = sorted(xs, key=lambda x: -f1[x]).index(paper_best) + 1
+    shares = top_shares([points[x] for x in xs], n_resamples=kw.get("n_resamples", N_RESAMPLES), seed=kw.get("seed", 0))
+    top = max(xs, key=lambda x: f1[x])
+    evidence = (f"the rule (significantly above each neighbour) accepts "
+                f"{', '.join(name[x] for x in accepted) or 'no setting'}; "
+                f"{name[paper_best]}: {f1[paper_best]:.2f}, rank {rank} of {len(xs)}; highest {name[top]} ({f1[top]:.2f}); "
+                f"significantly above {name[paper_best]} after Holm: {', '.join(above_best) or 'none'}; "
+                "share of resamples where each is highest: "
+                + ", ".join(f"{name[x]} {s:.2f}" for x, s in zip(xs, shares)))
     return Claim(title, outcome, evidence, tests)
 
 
-def _all_above(full: Run, others: dict[str, Run], title: str, **kw) -> Claim | None:
+def _all_above(full: Run, others: dict[str, str | Run], title: str, **kw) -> Claim | None:
+    """SCG-Mem above each of `others` ({label: run}), Holm-adjusted over them."""
     if not others:
         return None
-    tests = [_test(full, run, "scgmem", name, **kw) for name, run in others.items()]
+    tests = _with_holm([_test(full, run, "SCG-Mem (k=35, hops=1)", name, **kw) for name, run in others.items()])
     verdicts = [verdict(t) for t in tests]
     outcome = ABOVE if all(v == ABOVE for v in verdicts) else BELOW if BELOW in verdicts else UNCLEAR
-    evidence = "; ".join(f"{t['b']}: {t['diff']:+.2f} [{t['ci_low']:+.2f}, {t['ci_high']:+.2f}]" for t in tests)
+    if len(tests) == 1:
+        t = tests[0]
+        evidence = f"{t['b']}: {t['diff']:+.2f} [{t['ci_low']:+.2f}, {t['ci_high']:+.2f}], p {t['p_value']:.3f}"
+    else:
+        groups = {v: [t["b"] for t, w in zip(tests, verdicts) if w == v] for v in (ABOVE, BELOW, UNCLEAR)}
+        smallest = min(tests, key=lambda t: t["p_holm"])
+        evidence = (f"Holm over {len(tests)} tests: above {', '.join(groups[ABOVE]) or 'none'}; below "
+                    f"{', '.join(groups[BELOW]) or 'none'}; not told apart from {len(groups[UNCLEAR])}; smallest "
+                    f"adjusted p {smallest['p_holm']:.3f} ({smallest['b']}, raw {smallest['p_value']:.3f}). "
+                    + "; ".join(f"{t['b']}: {t['diff']:+.2f} [{t['ci_low']:+.2f}, {t['ci_high']:+.2f}]" for t in tests))
     return Claim(title, outcome, evidence, tests)
 
 
-def paper_claims(runs: list[Run], n_resamples: int = 2000, seed: int = 0) -> list[Claim]:
+def paper_claims(runs: list[Run], n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[Claim]:
     """Each of the paper's claims that `runs` can test (runs of one model on the same questions)."""
     models = sorted({r.model for r in runs})
     if len(models) != 1:
@@ -138,28 +168,37 @@ def paper_claims(runs: list[Run], n_resamples: int = 2000, seed: int = 0) -> lis
     full = _pick(runs, "SCG-Mem (k=35, hops=1, full)", _is_full)
     if full is None:
         raise ValueError("claims need the full SCG-Mem run (method=scgmem, k=35, hops=1, constraint and evolution on)")
-    baselines = {m: run for m in BASELINE_ORDER if (run := _pick(runs, m, lambda r, m=m: r.method == m))}
+    baselines = {run_title(m): run for m in BASELINE_ORDER if (run := _pick(runs, m, lambda r, m=m: r.method == m))}
     ablations = {name: run for name, changed in (("w/o cognitive constraint", {"constraint": False}),
                                                  ("w/o schema evolution", {"evolution": False}))
                  if (run := _pick(runs, name, lambda r, c=changed: _is_full(r, **c)))}
     claims = [
         _all_above(full, baselines, "SCG-Mem above every baseline (Table 1)", **kw),
-        _all_above(full, {k: v for k, v in baselines.items() if k == "amem"}, "SCG-Mem above A-MEM (Table 1)", **kw),
+        _all_above(full, {k: v for k, v in baselines.items() if k == run_title("amem")}, "SCG-Mem above A-MEM (Table 1)",
+                   **kw),
         *[_all_above(full, {name: run}, f"{name} below the full method (Table 2)", **kw)
           for name, run in ablations.items()],
-        _optimum_claim(runs, "k", 35, "an optimum of k near 35 (Figure 3)", **kw),
-        _optimum_claim(runs, "hops", 1, "an optimum at one association hop (Figure 4)", **kw),
+        _optimum_claim(runs, "k", FULL_SETTINGS["k"], "an optimum of k near 35 (Figure 3)", **kw),
+        _optimum_claim(runs, "hops", FULL_SETTINGS["hops"], "an optimum at one association hop (Figure 4)", **kw),
     ]
     return [c for c in claims if c is not None]
+
+
+def _p(value) -> str:
+    return "–" if value is None else f"{value:.3f}"
 
 
 def claims_markdown(claims: list[Claim], note: str) -> str:
     """The claims table and, below it, every paired test behind it."""
     lines = ["| claim | verdict | evidence (average F1, percent points; 95% CI) |", "|---|---|---|"]
     lines += [f"| {c.claim} | **{c.verdict}** | {md_text(c.evidence)} |" for c in claims]
-    lines += ["", "Paired tests (stratified paired bootstrap of average F1, a minus b):", "",
-              "| claim | a | b | n | diff | 95% CI | p (two-sided) |", "|---|---|---|---|---|---|---|"]
+    lines += ["", "Paired tests (stratified paired bootstrap of average F1, a minus b; "
+              f"{P_LABEL}: twice the smaller tail; p (Holm): adjusted over the claim's tests of the same a against "
+              "every other run, the p its verdict reads; – for a claim of one test, and for the neighbour tests "
+              "of the optimum rule, which must all pass and read the raw p):", "",
+              f"| claim | a | b | n | diff | 95% CI | {P_LABEL} | p (Holm) |", "|---|---|---|---|---|---|---|---|"]
     for c in claims:
         lines += [f"| {c.claim} | {md_text(t['a'])} | {md_text(t['b'])} | {t['n']} | {t['diff']:+.2f} | "
-                  f"[{t['ci_low']:+.2f}, {t['ci_high']:+.2f}] | {t['p_value']:.3f} |" for t in c.tests]
+                  f"[{t['ci_low']:+.2f}, {t['ci_high']:+.2f}] | {_p(t['p_value'])} | {_p(t.get('p_holm'))} |"
+                  for t in c.tests]
     return "\n".join(lines + ["", note, ""])

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from scgmem.report import figures, judged, tables, writers
 from scgmem.report.collect import NoRunsError, collect, collect_all, for_experiment, newest_sweep, shown_path
+from scgmem.report.paired import N_RESAMPLES
 from scgmem.report.paper import PaperTable
 
 log = logging.getLogger("scgmem.report")
@@ -66,7 +67,7 @@ def report(experiment: str, args) -> dict[str, list[Path]]:
         table.notes.append(note)
         made["tables"] = writers.write_table(table, out / "tables")
         if experiment == "table1":
-            made["figures"] = figures.cost_vs_f1(runs, out / "figures")
+            made["figures"] = figures.cost_vs_f1(runs, out / "figures", **kw)
     elif experiment == "fig3":
         made["figures"] = figures.figure3(runs, out / "figures", **kw)
     else:
@@ -102,7 +103,7 @@ def parser() -> argparse.ArgumentParser:
     claims.add_argument("--runs", action="append", required=True,
                         help="a directory holding runs of one model on the same questions; repeat for several")
     claims.add_argument("--out", default="results", help="claims.md/.json go to OUT/tables (default: %(default)s)")
-    claims.add_argument("--n-resamples", type=int, default=2000, help="bootstrap resamples (default: %(default)s)")
+    claims.add_argument("--n-resamples", type=int, default=N_RESAMPLES, help="bootstrap resamples (default: %(default)s)")
     claims.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
     rescore = sub.add_parser("rescore", help=HELP["rescore"])
     rescore.add_argument("run", help="a run directory (summary.json and predictions.jsonl)")
@@ -110,7 +111,7 @@ def parser() -> argparse.ArgumentParser:
                          help="the gold to score against; repeat for a comparison")
     rescore.add_argument("--out", default=None, help="where to write (default: the run directory)")
     rescore.add_argument("--data", default=None, help="the LoCoMo file (default: the run's data.path)")
-    rescore.add_argument("--n-resamples", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
+    rescore.add_argument("--n-resamples", type=int, default=N_RESAMPLES, help="bootstrap resamples (default: %(default)s)")
     rescore.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
     merge = sub.add_parser("merge", help=HELP["merge"])
     merge.add_argument("runs", nargs="+", help="the shards' run directories (each holding summary.json)")
@@ -130,7 +131,7 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--paper-model", default=None,
                        help="paper model beside a model the paper did not run (default: llama3.2-1b for table1, "
                             "qwen2.5-3b for table2; 'none' for no paper column)")
-        s.add_argument("--n-resamples", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
+        s.add_argument("--n-resamples", type=int, default=N_RESAMPLES, help="bootstrap resamples (default: %(default)s)")
         s.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
         s.add_argument("--wandb", nargs="?", const="scgmem", default=None, metavar="PROJECT",
                        help="also log the tables and figures to wandb project PROJECT (default: scgmem; "

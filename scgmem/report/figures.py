@@ -1,11 +1,17 @@
 """Figure 3 (scores vs k), Figure 4 (scores by association hops) and cost vs F1, from finished runs.
 
-Figure 3 and 4 of the paper (Section 4.4, hyperparameter analysis): one panel per category,
-F1 and BLEU-1 (percent) of SCG-Mem against the swept setting, with bootstrap 95% CIs over
-questions as error bars. The cost chart puts every run's average F1 against what it cost:
-LLM tokens per question (summary["tokens"], all phases, prompt + generated) and seconds per
-question (summary["timing"], ingest + answer; ingest counts even when the memory came from
-the cache, since it is the memory's cost).
+Figures 3 and 4 of the paper (Section 4.4, hyperparameter analysis): one panel per category and
+one for the Average (the unweighted mean of the category means, which the claims test), F1 and
+BLEU-1 (percent) of SCG-Mem against the swept setting. Every point carries its 95% interval:
+Figure 3 draws it as a shaded band, Figure 4 as whiskers on the bars (a percentile bootstrap over
+questions, `scgmem.scoring.metrics.category_cis`; for the Average, `average_ci`, which resamples
+within each category). The paper's own optimum is drawn as the paper's (a dotted line, a tick
+label), never as a finding of these runs; whether the runs support it is `scgmem-report claims`.
+
+The cost chart puts every run's average F1, with its 95% interval, against what it cost: LLM
+tokens per question (ingest shared over the questions; recall and answer over the answers the
+counts cover, `scgmem.report.costs.question_costs`) and seconds per question (ingest + answer;
+ingest counts even when the memory came from the cache, since it is the memory's cost).
 
 Plotting uses matplotlib's object API on an Agg canvas (no pyplot state, no display), and the
 `*_data` functions hold every plotted number so tests can check them without pixels.
@@ -20,22 +26,27 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from scgmem.report.collect import Run, index_runs
-from scgmem.report.paper import CATEGORY_TITLES, EXTRA_TITLES, METHOD_TITLES, METRIC_TITLES, METRICS
-from scgmem.scoring.metrics import category_cis
+from scgmem.report.costs import RECORDS, question_costs
+from scgmem.report.paired import N_RESAMPLES
+from scgmem.report.paper import CATEGORY_TITLES, FULL_SETTINGS, METRIC_TITLES, METRICS, run_title
+from scgmem.scoring.metrics import average_ci, category_cis
 
 log = logging.getLogger(__name__)
 
-# The paper's optima (Figures 3 and 4; docs/methods.md, "SCG-Mem"), drawn as a guide.
-PAPER_OPTIMUM = {"k": 35, "hops": 1}
+# The paper's optima (Figures 3 and 4 of the paper; configs/method/scgmem.yaml), drawn as the paper's.
+PAPER_OPTIMUM = {"k": FULL_SETTINGS["k"], "hops": FULL_SETTINGS["hops"]}
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray")
+AVERAGE = "average"
+CI_NOTE = "95% bootstrap CI over questions"
 
 
-def sweep_data(runs: list[Run], setting: str, *, n_resamples: int = 1000, seed: int = 0) -> dict:
-    """Scores of SCG-Mem runs against one method setting ("k" or "hops"), per model and category.
+def sweep_data(runs: list[Run], setting: str, *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
+    """Scores of SCG-Mem runs against one method setting ("k" or "hops"), per model and category,
+    the Average last.
 
-    Returns {model: {category: {"x": [...], "f1": [...], "f1_ci": [(lo, hi) | None], "bleu1": [...],
-    "bleu1_ci": [...], "n": [...]}}}, x ascending. Runs of other methods, or without the
-    setting, are left out (logged).
+    Returns {model: {category | "average": {"x": [...], "f1": [...], "f1_ci": [(lo, hi) | None],
+    "bleu1": [...], "bleu1_ci": [...], "n": [...]}}}, x ascending. Runs of other methods, or
+    without the setting, are left out (logged).
     """
     kept = []
     for run in runs:
@@ -48,38 +59,46 @@ def sweep_data(runs: list[Run], setting: str, *, n_resamples: int = 1000, seed: 
         raise ValueError(f"no scgmem run with a method.{setting} setting among {len(runs)} runs")
     out: dict = {}
     for (model, x), run in sorted(index_runs(kept, lambda r: (r.model, int(r.setting(setting)))).items()):
-        mapping = run.category_mapping
+        mapping = {num: name for num, name in run.category_mapping.items() if name in run.categories}
         cis = category_cis(run.records, mapping, n_resamples=n_resamples, seed=seed)
-        for cat in run.categories:
+        scored = sum(int(run.summary["categories"][cat]["n"]) for cat in run.categories)
+        for cat in [*run.categories, AVERAGE]:
             series = out.setdefault(model, {}).setdefault(cat, {"x": [], "n": [], **{m: [] for m in METRICS},
                                                                 **{f"{m}_ci": [] for m in METRICS}})
             series["x"].append(x)
-            series["n"].append(run.summary["categories"][cat]["n"])
+            series["n"].append(scored if cat == AVERAGE else run.summary["categories"][cat]["n"])
             for metric in METRICS:
-                series[metric].append(run.summary["categories"][cat][metric])
-                ci = (cis.get(cat) or {}).get(metric)
+                if cat == AVERAGE:
+                    series[metric].append(run.summary["average"][metric])
+                    ci = average_ci(run.records, mapping, metric, n_resamples=n_resamples, seed=seed)
+                else:
+                    series[metric].append(run.summary["categories"][cat][metric])
+                    ci = (cis.get(cat) or {}).get(metric)
                 series[f"{metric}_ci"].append(tuple(ci) if ci else None)
     return out
 
 
-def cost_data(runs: list[Run]) -> list[dict]:
-    """Per run: model, method, average F1 and BLEU-1, tokens and seconds per question."""
+def cost_data(runs: list[Run], *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[dict]:
+    """Per run: model, method, its label, average F1 with its 95% CI, BLEU-1, tokens and seconds per
+    question, and how the tokens were counted (`tokens_basis`: a lower bound when the summary's
+    counts do not cover the records; `question_costs`)."""
     out = []
     for (model, method), run in index_runs(runs, lambda r: (r.model, r.method)).items():
         n = run.summary.get("n_questions") or 0
         if not n:
             continue
-        # ingest over every question; recall/answer over the records their counts cover
-        # (summary.tokens_questions: fewer than n when a resumed run began before usage.jsonl)
-        covered = run.summary.get("tokens_questions") or n
-        tokens = {phase: int(counts.get("prompt_tokens", 0)) + int(counts.get("generated_tokens", 0))
-                  for phase, counts in (run.summary.get("tokens") or {}).items()}
-        per_question = tokens.pop("ingest", 0) / n + sum(tokens.values()) / covered
+        ingest = (run.summary.get("tokens") or {}).get("ingest") or {}
+        ingest_tokens = int(ingest.get("prompt_tokens", 0)) + int(ingest.get("generated_tokens", 0))
+        asked = question_costs(run)
+        per_question = None if asked["tokens_per_question"] is None else ingest_tokens / n + asked["tokens_per_question"]
         timing = run.summary.get("timing") or {}
         seconds = float(timing.get("ingest_s") or 0.0) + float(timing.get("answer_s") or 0.0)
-        out.append({"model": model, "method": method, "f1": run.summary["average"]["f1"],
+        mapping = {num: name for num, name in run.category_mapping.items() if name in run.categories}
+        ci = average_ci(run.records, mapping, "f1", n_resamples=n_resamples, seed=seed) or (None, None)
+        out.append({"model": model, "method": method, "label": run_title(method, run.setting),
+                    "f1": run.summary["average"]["f1"], "f1_ci_low": ci[0], "f1_ci_high": ci[1],
                     "bleu1": run.summary["average"]["bleu1"], "tokens_per_question": per_question,
-                    "seconds_per_question": seconds / n, "n_questions": n})
+                    "tokens_basis": asked["tokens_basis"], "seconds_per_question": seconds / n, "n_questions": n})
     return out
 
 
@@ -116,9 +135,13 @@ def _color(model_index: int, metric_index: int, n_models: int) -> str:
 
 def _panels(data: dict) -> tuple[Figure, list, list[str]]:
     categories = list(dict.fromkeys(c for per_model in data.values() for c in per_model))
-    fig = Figure(figsize=(4.0 * len(categories), 3.4), layout="constrained")
+    fig = Figure(figsize=(3.3 * len(categories), 3.6), layout="constrained")
     axes = fig.subplots(1, len(categories), squeeze=False)[0]
     return fig, list(axes), categories
+
+
+def _panel_title(cat: str) -> str:
+    return "Average (what the claims test)" if cat == AVERAGE else CATEGORY_TITLES.get(cat, cat)
 
 
 def _sweep_rows(data: dict, setting: str) -> list[dict]:
@@ -137,14 +160,19 @@ def _sweep_rows(data: dict, setting: str) -> list[dict]:
 def _finish_sweep(fig: Figure, axes: list, title: str, data: dict, setting: str, stem_path: Path) -> list[Path]:
     """Label and title a sweep figure; write it (png, pdf) and its points (csv) as `stem_path`.*."""
     axes[0].set_ylabel("score (%)")
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=7, loc="upper left")
     fig.suptitle(title, fontsize=9)
     return (_save(fig, stem_path.parent, stem_path.name)
             + [_write_csv(stem_path.with_suffix(".csv"), _sweep_rows(data, setting))])
 
 
-def figure3(runs: list[Run], out_dir: str | Path, *, n_resamples: int = 1000, seed: int = 0) -> list[Path]:
-    """Figure 3: F1 and BLEU-1 against k, one panel per category. Writes fig3.png/.pdf/.csv."""
+def _label(metric: str, model: str, n_models: int) -> str:
+    return METRIC_TITLES[metric] + (f" ({model})" if n_models > 1 else "")
+
+
+def figure3(runs: list[Run], out_dir: str | Path, *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[Path]:
+    """Figure 3: F1 and BLEU-1 against k with 95% CI bands, one panel per category and one for the
+    Average. Writes fig3.png/.pdf/.csv."""
     data = sweep_data(runs, "k", n_resamples=n_resamples, seed=seed)
     fig, axes, categories = _panels(data)
     for ax, cat in zip(axes, categories):
@@ -153,19 +181,25 @@ def figure3(runs: list[Run], out_dir: str | Path, *, n_resamples: int = 1000, se
             if s is None:
                 continue
             for j, (metric, style) in enumerate(zip(METRICS, ("-o", "--s"))):
-                label = f"{METRIC_TITLES[metric]}" + (f" ({model})" if len(data) > 1 else "")
-                ax.errorbar(s["x"], s[metric], yerr=_errors(s[metric], s[f"{metric}_ci"]), fmt=style,
-                            color=_color(i, j, len(data)), capsize=2, markersize=4, label=label)
-        ax.axvline(PAPER_OPTIMUM["k"], color="0.6", linestyle=":", linewidth=1)
-        ax.set_title(CATEGORY_TITLES.get(cat, cat))
-        ax.set_xlabel("k (recalled concepts)")
+                color = _color(i, j, len(data))
+                ax.plot(s["x"], s[metric], style, color=color, markersize=4, label=_label(metric, model, len(data)))
+                band = [(x, ci) for x, ci in zip(s["x"], s[f"{metric}_ci"]) if ci is not None]
+                if band:
+                    ax.fill_between([x for x, _ in band], [ci[0] for _, ci in band], [ci[1] for _, ci in band],
+                                    color=color, alpha=0.15, linewidth=0)
+        ax.axvline(PAPER_OPTIMUM["k"], color="0.4", linestyle=":", linewidth=1,
+                   label=f"the paper's optimum (k = {PAPER_OPTIMUM['k']})")
+        ax.set_title(_panel_title(cat), fontsize=9)
+        ax.set_xlabel("k (concepts recalled)")
         ax.grid(alpha=0.3)
-    title = f"Figure 3: SCG-Mem vs k ({', '.join(data)}); dotted: the paper's optimum k = {PAPER_OPTIMUM['k']}"
+    title = (f"Figure 3 on {', '.join(data)}: SCG-Mem's F1 and BLEU-1 against k; shaded: {CI_NOTE}; "
+             f"dotted: the optimum the paper reports for its models, not a finding of these runs")
     return _finish_sweep(fig, axes, title, data, "k", Path(out_dir) / "fig3")
 
 
-def figure4(runs: list[Run], out_dir: str | Path, *, n_resamples: int = 1000, seed: int = 0) -> list[Path]:
-    """Figure 4: per-category bars of F1 and BLEU-1 by association hops. Writes fig4.png/.pdf/.csv."""
+def figure4(runs: list[Run], out_dir: str | Path, *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[Path]:
+    """Figure 4: bars of F1 and BLEU-1 by association hops with 95% CI whiskers, one panel per
+    category and one for the Average. Writes fig4.png/.pdf/.csv."""
     data = sweep_data(runs, "hops", n_resamples=n_resamples, seed=seed)
     fig, axes, categories = _panels(data)
     series = [(model, metric) for model in data for metric in METRICS]
@@ -179,14 +213,18 @@ def figure4(runs: list[Run], out_dir: str | Path, *, n_resamples: int = 1000, se
             hops_seen.update(s["x"])
             xs = [x - 0.4 + width * (j + 0.5) for x in s["x"]]
             color = _color(j // len(METRICS), j % len(METRICS), len(data))
-            label = METRIC_TITLES[metric] + (f" ({model})" if len(data) > 1 else "")
             ax.bar(xs, s[metric], width=width, yerr=_errors(s[metric], s[f"{metric}_ci"]), capsize=2, color=color,
-                   hatch="" if metric == "f1" else "//", label=label)
-        ax.set_xticks(sorted(hops_seen))
-        ax.set_title(CATEGORY_TITLES.get(cat, cat))
+                   ecolor="0.2", error_kw={"linewidth": 0.8}, hatch="" if metric == "f1" else "//",
+                   label=_label(metric, model, len(data)))
+        ticks = sorted(hops_seen)
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{h}\n(paper's optimum)" if h == PAPER_OPTIMUM["hops"] else str(h) for h in ticks],
+                           fontsize=8)
+        ax.set_title(_panel_title(cat), fontsize=9)
         ax.set_xlabel("association hops")
         ax.grid(axis="y", alpha=0.3)
-    title = f"Figure 4: SCG-Mem by hops ({', '.join(data)}); the paper's optimum: {PAPER_OPTIMUM['hops']} hop"
+    title = (f"Figure 4 on {', '.join(data)}: SCG-Mem by association hops; whiskers: {CI_NOTE}; "
+             f"the paper reports its optimum at {PAPER_OPTIMUM['hops']} hop for its models")
     return _finish_sweep(fig, axes, title, data, "hops", Path(out_dir) / "fig4")
 
 
@@ -227,37 +265,43 @@ def _place_labels(ax, points: list[tuple[float, float, str]], fontsize: float = 
         ax.annotate(text, (x, y), fontsize=fontsize, xytext=chosen, textcoords="offset points", ha=ha)
 
 
-def cost_vs_f1(runs: list[Run], out_dir: str | Path, stem: str = "cost_vs_f1") -> list[Path]:
-    """Average F1 against tokens and seconds per question, one point per (model, method)."""
-    rows = cost_data(runs)
+def cost_vs_f1(runs: list[Run], out_dir: str | Path, stem: str = "cost_vs_f1", *, n_resamples: int = N_RESAMPLES,
+               seed: int = 0) -> list[Path]:
+    """Average F1 (with its 95% CI) against tokens and seconds per question, one point per (model,
+    method); an open marker where the tokens are a lower bound (`cost_data`)."""
+    rows = cost_data(runs, n_resamples=n_resamples, seed=seed)
     if not rows:
         raise ValueError("cost_vs_f1: no run with answered questions")
-    fig = Figure(figsize=(9.0, 3.6), layout="constrained")
-    axes = fig.subplots(1, 2)
+    fig = Figure(figsize=(10.0, 4.2), layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
     models = list(dict.fromkeys(r["model"] for r in rows))
     markers = "osD^vP*X"
-    for ax, key, xlabel in ((axes[0], "tokens_per_question", "LLM tokens per question (ingest + recall + answer)"),
-                            (axes[1], "seconds_per_question", "seconds per question (ingest + answer)")):
-        for r in rows:
+    for ax, key, xlabel in ((axes[0], "tokens_per_question", "LLM tokens per question (ingest share + recall + answer)"),
+                            (axes[1], "seconds_per_question", "seconds per question (ingest share + answer)")):
+        shown = [r for r in rows if r[key] is not None]
+        for r in shown:
             i = models.index(r["model"])
-            ax.scatter(r[key], r["f1"] or 0.0, marker=markers[i % len(markers)], color=COLORS[i % len(COLORS)],
-                       label=r["model"])
-        if all(r[key] > 0 for r in rows):
+            color = COLORS[i % len(COLORS)]
+            low = r["f1"] is not None and r["tokens_basis"] == RECORDS and key == "tokens_per_question"
+            yerr = None if r["f1_ci_low"] is None else [[r["f1"] - r["f1_ci_low"]], [r["f1_ci_high"] - r["f1"]]]
+            ax.errorbar([r[key]], [r["f1"] or 0.0], yerr=yerr, fmt=markers[i % len(markers)], color=color,
+                        markerfacecolor="white" if low else color, ecolor=color, elinewidth=0.8, capsize=2,
+                        markersize=5, label=r["model"])
+        if shown and all(r[key] > 0 for r in shown):
             ax.set_xscale("log")
             _log_axis(ax.xaxis)
-        ax.margins(x=0.12, y=0.12)  # room for the labels of the outermost points
-        _place_labels(ax, [(r[key], r["f1"] or 0.0, _method_label(r["method"])) for r in rows])
+        ax.margins(x=0.12, y=0.05)  # room for the labels of the outermost points
+        _place_labels(ax, [(r[key], r["f1"] or 0.0, r["label"] + (" (≥)" if r["tokens_basis"] == RECORDS and
+                                                                   key == "tokens_per_question" else ""))
+                           for r in shown])
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("average F1 (%)")
+    axes[0].set_ylabel(f"average F1 (%), whiskers: {CI_NOTE}", fontsize=8)
     handles, labels = axes[0].get_legend_handles_labels()
     unique = dict(zip(labels, handles))
-    axes[0].legend(unique.values(), unique.keys(), fontsize=7)
-    fig.suptitle("Cost vs F1 across methods", fontsize=9)
+    axes[0].legend(unique.values(), unique.keys(), fontsize=7, loc="lower right")
+    fig.suptitle("Cost vs average F1 across methods. Overlapping whiskers: not told apart. Open marker, (≥): tokens "
+                 "from the records' answer prompts only (usage not logged for every answer), a lower bound",
+                 fontsize=8)
     out_dir = Path(out_dir)
     return _save(fig, out_dir, stem) + [_write_csv(out_dir / f"{stem}.csv", rows)]
-
-
-def _method_label(method: str) -> str:
-    """A method's short title for a point label ("Dense RAG (ours)" -> "Dense RAG")."""
-    return (METHOD_TITLES.get(method) or EXTRA_TITLES.get(method, method)).split(" (")[0]

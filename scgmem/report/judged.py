@@ -18,6 +18,7 @@ import logging
 from pathlib import Path
 
 from scgmem.report.collect import load_run, shown_path
+from scgmem.report.paired import N_RESAMPLES
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ def add_parser(sub) -> None:
     p.add_argument("--samples", nargs="+", default=None, help="judge only these conversations (e.g. conv-26)")
     p.add_argument("--out", default=None, help="where the labels and judge_summary.json go (default: RUN_DIR)")
     p.add_argument("--chunk", type=int, default=64, help="predictions per generate call and write (default: %(default)s)")
-    p.add_argument("--n-resamples", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
+    p.add_argument("--n-resamples", type=int, default=N_RESAMPLES, help="bootstrap resamples (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of sampled judgements and of the bootstrap")
 
 

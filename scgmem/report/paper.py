@@ -34,11 +34,18 @@ METRIC_TITLES = {**titles(), JUDGE: "J"}
 CATEGORY_TITLES = {"multi_hop": "Multi-hop", "temporal": "Temporal", "open_domain": "Open-domain",
                    "single_hop": "Single-hop", "adversarial": "Adversarial", "average": "Average",
                    "overall_weighted": "Overall (weighted)"}
-# Table 1 rows in the paper's order; full_context is the paper's "LoCoMo" row.
-METHOD_TITLES = {"full_context": "LoCoMo", "readagent": "ReadAgent", "memorybank": "MemoryBank",
+# Table 1 rows in the paper's order; full_context is the paper's "LoCoMo" row (the whole transcript
+# in the prompt), not to be read as rag_locomo (LoCoMo's retriever).
+METHOD_TITLES = {"full_context": "LoCoMo (full context)", "readagent": "ReadAgent", "memorybank": "MemoryBank",
                  "memgpt": "MemGPT", "amem": "A-MEM", "scgmem": "SCG-Mem"}
 # Methods of the harness that are not in the paper (shown below the paper's rows, never a "baseline").
-EXTRA_TITLES = {"rag": "Dense RAG (not in the paper)", "last_turns": "Last turns (not in the paper)"}
+EXTRA_TITLES = {"rag": "Dense RAG (not in the paper)", "rag_locomo": "RAG, LoCoMo's retriever (not in the paper)",
+                "last_turns": "Last turns (not in the paper)"}
+# Point labels of the figures and rows of the cost table: short, and the two "LoCoMo"s told apart.
+SHORT_TITLES = {"full_context": "full context (LoCoMo)", "rag": "dense RAG", "rag_locomo": "RAG (LoCoMo retriever)",
+                "last_turns": "last turns"}
+# SCG-Mem's settings in the paper's main configuration (configs/method/scgmem.yaml; Figures 3-4's optima).
+FULL_SETTINGS = {"k": 35, "hops": 1, "constraint": True, "evolution": True}
 BASELINES = ("full_context", "readagent", "memorybank", "memgpt", "amem")
 PAPER_MODELS = ("qwen2.5-1.5b", "qwen2.5-3b", "llama3.2-1b", "llama3.2-3b")
 # Table 2 rows: (method.constraint, method.evolution) -> variant.
@@ -50,6 +57,18 @@ FLAG_MARKS = {"": "", "derived": "†", "secondary": "‡", "mismatch": "§"}
 SECONDARY_SOURCES = ("scgmem_secondary",)
 # Printed relative row of Table 1 ("Improvement (%)" per model); Table 2's drops are named by `drop_row`.
 IMPROVEMENT_ROW = "improvement"
+
+
+def run_title(method: str, setting=None) -> str:
+    """A run's short name; an SCG-Mem run's names its settings, e.g. "SCG-Mem (k=35, hops=1)",
+    "SCG-Mem (k=35, hops=1, w/o constraint)". `setting(key, default)` reads a method setting
+    (`scgmem.report.collect.Run.setting`); without it, the paper's settings are assumed."""
+    if method != "scgmem":
+        return SHORT_TITLES.get(method) or METHOD_TITLES.get(method) or EXTRA_TITLES.get(method, method)
+    get = setting or (lambda key, default: default)
+    parts = [f"{key}={get(key, FULL_SETTINGS[key])}" for key in ("k", "hops")]
+    parts += [f"w/o {key}" for key in ("constraint", "evolution") if not get(key, FULL_SETTINGS[key])]
+    return f"SCG-Mem ({', '.join(parts)})"
 
 
 def drop_row(variant: str) -> str:

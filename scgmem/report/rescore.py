@@ -25,6 +25,7 @@ from hydra.utils import instantiate
 
 from scgmem.data.locomo import LoCoMoSource
 from scgmem.report.collect import Run, shown_path
+from scgmem.report.paired import N_RESAMPLES
 from scgmem.report.paper import CATEGORY_TITLES
 from scgmem.scoring.cat5 import summary_fields
 from scgmem.scoring.metric_table import answer_metrics, record_metrics, table_metrics
@@ -46,7 +47,7 @@ def _source_and_protocol(run: Run, gold: str, data_path: str | None):
     return source, instantiate(node, categories=source.scored)
 
 
-def rescore_run(run: Run, gold: str, data_path: str | None = None, n_resamples: int = 1000,
+def rescore_run(run: Run, gold: str, data_path: str | None = None, n_resamples: int = N_RESAMPLES,
                 seed: int = 0) -> tuple[dict, list[dict]]:
     """(the rescored summary, the rescored records with `prediction` and `options` kept)."""
     source, protocol = _source_and_protocol(run, gold, data_path)
@@ -134,7 +135,7 @@ def comparison_markdown(summaries: list[dict], command: str) -> str:
 
 
 def write_rescored(run: Run, golds: list[str], out: Path, command: str, data_path: str | None = None,
-                   n_resamples: int = 1000, seed: int = 0) -> list[Path]:
+                   n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths, summaries = [], []
     for gold in golds:

@@ -45,8 +45,15 @@ def test_paired_average_is_the_difference_of_category_means_and_its_interval(tmp
     assert res["ci_low"] == pytest.approx(25.0) and res["ci_high"] == pytest.approx(25.0)  # constant differences
     assert res["n"] == 75 and res["unmatched"] == 0 and res["p_value"] == 0.0
     assert verdict(res) == ABOVE
-    assert verdict({**res, "ci_low": -1.0, "ci_high": 2.0}) == UNCLEAR
-    assert verdict({**res, "ci_low": -3.0, "ci_high": -1.0}) == BELOW
+    assert verdict({**res, "p_value": 0.2}) == UNCLEAR
+    assert verdict({**res, "diff": -2.0, "p_value": 0.01}) == BELOW
+
+
+def test_verdicts_read_the_holm_adjusted_p_where_a_test_has_one():
+    # SCG-Mem - full context on conv-26 before this rule: +1.55, raw p 0.033, and 7 tests at once.
+    test = {"diff": 1.55, "p_value": 0.025, "p_holm": 0.175}
+    assert verdict(test) == UNCLEAR
+    assert verdict({**test, "p_holm": None}) == ABOVE
 
 
 def test_claims_table_reads_each_claim(tmp_path):
@@ -69,6 +76,9 @@ def test_claims_table_reads_each_claim(tmp_path):
     assert main(["claims", "--runs", str(root), "--out", str(tmp_path / "out"), "--n-resamples", "200"]) == 0
     md = (tmp_path / "out" / "tables" / "claims.md").read_text()
     assert "| SCG-Mem above A-MEM (Table 1) | **holds** |" in md
+    assert "| p (two-sided) | p (Holm) |" in md and "200 resamples" in md
+    every = claims["SCG-Mem above every baseline (Table 1)"]
+    assert [t["b"] for t in every.tests] == ["A-MEM", "dense RAG"] and all(t["p_holm"] is not None for t in every.tests)
     assert len(json.loads((tmp_path / "out" / "tables" / "claims.json").read_text())) == 6
 
 

@@ -41,7 +41,22 @@ def test_sweep_data_per_category_sorted_by_setting(tmp_path):
     assert s["f1"] == pytest.approx([2.5, 10.0, 25.0])
     assert s["n"] == [2, 2, 2]
     assert s["f1_ci"][2] == pytest.approx(bootstrap_ci([0.0, 50.0], 100, 0))
-    assert set(data["smollm2-135m"]) == {"multi_hop", "temporal", "single_hop", "adversarial"}
+    assert list(data["smollm2-135m"]) == ["multi_hop", "temporal", "single_hop", "adversarial", "average"]
+
+
+def test_sweep_data_has_the_average_with_its_stratified_interval(tmp_path):
+    """The Average panel (what the claims test): the summary's average and `average_ci`."""
+    from scgmem.scoring.metrics import average_ci
+
+    _sweep(tmp_path, "hops", [0, 2], experiment="fig4")
+    data = sweep_data(collect(tmp_path), "hops", n_resamples=200)
+    avg = data["smollm2-135m"]["average"]
+    runs = sorted(collect(tmp_path), key=lambda r: r.setting("hops"))
+    assert avg["x"] == [0, 2] and avg["n"] == [8, 8]
+    assert avg["f1"] == pytest.approx([r.summary["average"]["f1"] for r in runs])
+    assert avg["f1_ci"][1] == pytest.approx(average_ci(runs[1].records, runs[1].category_mapping, "f1", n_resamples=200))
+    low, high = avg["f1_ci"][1]
+    assert low < avg["f1"][1] < high
 
 
 def test_sweep_without_runs_of_the_setting_fails(tmp_path):
@@ -62,11 +77,11 @@ def test_figure3_and_figure4_files(tmp_path):
     for png, pdf in ((paths3[0], paths3[1]), (paths4[0], paths4[1])):
         assert _is_png(png) and _is_pdf(pdf)
     rows = list(csv.DictReader(open(paths4[2])))
-    assert len(rows) == 3 * 4  # three hop values x four categories
+    assert len(rows) == 3 * 5  # three hop values x (four categories + the average)
     row = next(r for r in rows if r["category"] == "single_hop" and r["hops"] == "2")
     assert float(row["f1"]) == pytest.approx(1.0)  # questions 4, 5 score 0 and 0.02 -> 1%
     rows3 = list(csv.DictReader(open(paths3[2])))
-    assert {r["model"] for r in rows3} == {"smollm2-135m", "qwen2.5-3b"} and len(rows3) == (3 + 2) * 4
+    assert {r["model"] for r in rows3} == {"smollm2-135m", "qwen2.5-3b"} and len(rows3) == (3 + 2) * 5
 
 
 def test_pdf_is_reproducible(tmp_path):
@@ -84,13 +99,17 @@ def test_cost_data_and_chart(tmp_path):
               "answer": {"calls": 8, "prompt_tokens": 800, "generated_tokens": 160, "truncated_prompts": 0}}
     write_run(tmp_path / "a", model="m", method="scgmem", records=records, tokens=tokens, timing=(30.0, 10.0))
     write_run(tmp_path / "b", model="m", method="full_context", records=records, timing=(0.0, 8.0))
-    rows = {r["method"]: r for r in cost_data(collect(tmp_path))}
+    rows = {r["method"]: r for r in cost_data(collect(tmp_path), n_resamples=100)}
     # (1000 + 200 + 400 + 40 + 800 + 160) / 8 questions; truncated_prompts is not a token count.
     assert rows["scgmem"]["tokens_per_question"] == pytest.approx(2600 / 8)
     assert rows["scgmem"]["seconds_per_question"] == pytest.approx(40.0 / 8)
     assert rows["full_context"]["tokens_per_question"] == pytest.approx(110.0)  # write_run's default usage
     assert rows["scgmem"]["f1"] == pytest.approx(50.0)
-    paths = cost_vs_f1(collect(tmp_path), tmp_path / "fig")
+    # every point carries its 95% interval and a label that tells the two "LoCoMo"s apart
+    assert rows["scgmem"]["f1_ci_low"] <= 50.0 <= rows["scgmem"]["f1_ci_high"]
+    assert rows["scgmem"]["label"] == "SCG-Mem (k=35, hops=1)"
+    assert rows["full_context"]["label"] == "full context (LoCoMo)"
+    paths = cost_vs_f1(collect(tmp_path), tmp_path / "fig", n_resamples=100)
     assert _is_png(paths[0]) and _is_pdf(paths[1])
 
 
@@ -109,7 +128,7 @@ def test_cost_per_question_of_a_run_resumed_before_usage_jsonl(tmp_path):
     summary["tokens_questions"] = 4
     (run_dir / "summary.json").write_text(json.dumps(summary))
     [run] = collect(tmp_path)
-    assert cost_data([run])[0]["tokens_per_question"] == pytest.approx(800 / 8 + 400 / 4)
+    assert cost_data([run], n_resamples=20)[0]["tokens_per_question"] == pytest.approx(800 / 8 + 400 / 4)
     assert cost_row(run)["tokens_per_question"] == pytest.approx(400 / 4)
     assert cost_row(run)["calls_per_question"] == pytest.approx(1.0)
 

@@ -123,6 +123,32 @@ def test_improvement_row_is_relative_to_the_strongest_baseline(table1_runs, pape
     assert imp.cells["temporal_f1"].paper is None
 
 
+def test_improvement_over_every_run_counts_the_rows_the_paper_does_not_have(table1_runs, paper_csv):
+    """A RAG row above every paper baseline: the paper's Improvement row leaves it out (and says so
+    in the legend); the row over every run counts it."""
+    write_run(table1_runs / "qwen2.5-3b" / "rag_locomo" / "x", model="qwen2.5-3b", method="rag_locomo",
+              records=[rec("conv-1", i, c, 1.0) for i, c in QUESTIONS])
+    table = build_table1(collect(table1_runs), paper_csv, n_resamples=50)
+    block = _block(table)
+    assert _row(block, "improvement").cells["multi_hop_f1"].ours == pytest.approx(50.0)  # vs A-MEM's 50
+    over_all = _row(block, "improvement_all")
+    assert over_all.cells["multi_hop_f1"].ours == pytest.approx(-25.0)  # 75 vs the RAG's 100
+    assert over_all.cells["multi_hop_f1"].paper is None and over_all.label == "Improvement over every run (%)"
+    md = to_markdown(table)
+    assert "leaves out RAG, LoCoMo's retriever (not in the paper)" in md
+    assert "| LoCoMo (full context) | ours |" in md
+
+
+def test_paired_p_values_of_the_tables_are_two_sided(table1_runs, paper_csv):
+    table = build_table1(collect(table1_runs), paper_csv, n_resamples=300)
+    p = next(p for p in _block(table).paired if p["category"] == "adversarial" and p["metric"] == "f1")
+    # SCG-Mem 0 and 1 against A-MEM 1 and 1: a - b is -100 or 0, never above 0. One-sided "a > b"
+    # would print about 0.75 + 0.25 = 1; two-sided is twice the smaller tail (a - b >= 0: 1/4).
+    assert p["b"] == "amem" and p["diff"] == pytest.approx(-50.0)
+    assert p["p_value"] == pytest.approx(2 * 0.25, abs=0.1)
+    assert "| p (two-sided) |" in to_markdown(table)
+
+
 def test_paired_bootstrap_against_strongest_baseline_matches_by_question(table1_runs, paper_csv):
     table = build_table1(collect(table1_runs), paper_csv, n_resamples=300)
     paired = {(p["category"], p["metric"]): p for p in _block(table).paired}
