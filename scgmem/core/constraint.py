@@ -53,13 +53,12 @@ class RawLogprobs:
         self._scores: torch.Tensor | None = None  # previous step's raw scores, (rows, vocab)
         self._lse: torch.Tensor | None = None  # their logsumexp, (rows,)
 
-    def chosen(self, last: torch.Tensor, parent_rows: list[int]) -> torch.Tensor:
-        """(rows,) raw log-prob of each row's last token (`last`, (rows,)) on the scores' device.
-        Greedy rows keep their index; reordered rows read their parent's row (one index copy)."""
+    def chosen(self, last: torch.Tensor, parent_rows: torch.Tensor | list[int]) -> torch.Tensor:
+        """(rows,) raw log-prob of each row's last token (`last`, (rows,)) on the scores' device,
+        read from the row of the previous step's scores that held its parent prefix (`parent_rows`,
+        (rows,); a device tensor costs no host copy)."""
         last = last.to(self._scores.device)  # (rows,)
-        if parent_rows == list(range(len(parent_rows))):
-            return self._scores.gather(1, last[:, None]).squeeze(1).float() - self._lse
-        prev_rows = torch.tensor(parent_rows, dtype=torch.long).to(self._scores.device)  # (rows,)
+        prev_rows = torch.as_tensor(parent_rows, dtype=torch.long).to(self._scores.device)  # (rows,)
         return self._scores[prev_rows, last].float() - self._lse[prev_rows]
 
     def observe(self, scores: torch.Tensor) -> torch.Tensor:
@@ -177,38 +176,56 @@ class SchemaConstraint(LogitsProcessor):
         self.mask_rows = mask_rows if mask_rows is not None else MaskRows(tracker, pad_id)
         self.logprobs = RawLogprobs(tracker.eos_ids, scores_are_logprobs) if record_logprobs else None
         self._pids: list[int] = []  # row -> prompt id in the tracker
+        self._pid_tensor: torch.Tensor | None = None  # the same, (rows,) on the ids' device
+        self._previous: torch.Tensor | None = None  # the previous step's generated ids, (rows, g - 1)
+        self._states: list[RowState] = []  # the previous step's state per row
+        self._prefixes: list[tuple[int, ...]] = []  # the previous step's generated prefix per row
         self.dead_rows = 0  # rows that left the trie (beam filler), counted
 
-    def _raw_logprobs(self, generated: torch.Tensor, parent_rows: list[int] | None,
-                      scores: torch.Tensor) -> tuple[list[float], list[float]]:
-        """Per row: raw log-prob of its last token, and of EOS next (zeros when not recorded)."""
-        rows = scores.shape[0]
-        if self.logprobs is None:
-            return [0.0] * rows, [0.0] * rows
-        chosen = None if parent_rows is None else self.logprobs.chosen(generated[:, -1], parent_rows)
-        eos = self.logprobs.observe(scores)
-        fetched = torch.cat([eos] if chosen is None else [chosen, eos]).tolist()  # one device-to-host copy
-        return fetched[:-rows], fetched[-rows:]
+    def _parent_rows(self, generated: torch.Tensor) -> torch.Tensor:
+        """(rows,) on the ids' device: the row that held each row's prefix without its last token at
+        the previous step (beam search reorders rows), as the last such row of the same prompt,
+        which is the row whose entry the tracker kept for that prefix; -1 where none did."""
+        prev = self._previous  # (rows, g - 1) of the previous step
+        same = (generated[:, None, :-1] == prev[None, :, :]).all(-1) & (self._pid_tensor[:, None] == self._pid_tensor[None, :])
+        order = torch.arange(prev.shape[0], device=generated.device)  # (rows,)
+        return torch.where(same, order[None, :], -1).amax(1)  # (rows,)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        """One decoding step. Host work (issue 40, item 7): one device-to-host copy per step, of what
+        the tracker needs alone (each row's parent row, last token, raw log-probs of that token and
+        of EOS next; token ids < 2^24 and row indices are exact in float32), not the whole
+        generated prefix; the prefixes are kept on the host and grow by one token per step."""
         rows, vocab = scores.shape  # rows = batch * num_beams
         if vocab != self.tracker.trie.vocab_size:
             raise ValueError(f"scores have {vocab} columns but the schema trie was built for vocab_size="
                              f"{self.tracker.trie.vocab_size}")
         generated = input_ids[:, self.prompt_length:]  # (rows, g)
-        gen = generated.tolist()
-        if generated.shape[1] == 0:
+        g = generated.shape[1]
+        if g == 0:
             self._pids = [self.tracker.prompt_id(prompt_key(row, self.pad_id))
-                          for row in input_ids[:, :self.prompt_length].tolist()]  # (rows, prompt_length)
-            parents = None
+                          for row in input_ids[:, :self.prompt_length].tolist()]  # (rows, prompt_length), once
+            self._pid_tensor = torch.tensor(self._pids, dtype=torch.long).to(input_ids.device)  # (rows,)
+            eos_lp = self.logprobs.observe(scores).tolist() if self.logprobs is not None else [0.0] * rows
+            states, prefixes, raw = [RowState(TokenTrie.ROOT)] * rows, [()] * rows, []
         else:
-            parents = self.tracker.parents(self._pids, gen)
-        raw, eos_lp = self._raw_logprobs(generated, None if parents is None else [p[1] for p in parents], scores)
-        if parents is None:
-            states = [RowState(TokenTrie.ROOT)] * rows
-        else:
-            position = len(gen[0]) - 1
-            states = [self.tracker.step(p[0], row[-1], lp, position) for p, row, lp in zip(parents, gen, raw)]
-        self.tracker.remember(self._pids, gen, states, eos_lp)
+            parent_rows = self._parent_rows(generated)  # (rows,) on the ids' device
+            last = generated[:, -1]  # (rows,)
+            fields = [parent_rows, last]
+            if self.logprobs is not None:
+                chosen = self.logprobs.chosen(last, parent_rows)  # (rows,) on the scores' device
+                fields += [chosen, self.logprobs.observe(scores)]
+            device = fields[-1].device
+            fetched = torch.stack([f.to(device, torch.float32) for f in fields]).tolist()  # (2 or 4, rows): one copy
+            parents, tokens = [int(p) for p in fetched[0]], [int(t) for t in fetched[1]]
+            raw, eos_lp = (fetched[2], fetched[3]) if self.logprobs is not None else ([0.0] * rows, [0.0] * rows)
+            if min(parents) < 0:
+                row = parents.index(-1)
+                raise KeyError(f"row {row}'s prefix {generated[row, :-1].tolist()} was not tracked at the previous step")
+            position = g - 1
+            states = [self.tracker.step(self._states[p], t, lp, position) for p, t, lp in zip(parents, tokens, raw)]
+            prefixes = [self._prefixes[p] + (t,) for p, t in zip(parents, tokens)]
+        self._previous, self._states, self._prefixes = generated, states, prefixes
+        self.tracker.remember(self._pids, prefixes, states, eos_lp, raw)
         self.dead_rows += sum(1 for s in states if s.node == DEAD)
         return scores.masked_fill(self.mask_rows.mask(states, scores.device), float("-inf"))

@@ -1,11 +1,13 @@
 """Constrained generation of key lists, and reading the keys back (paper Section 3.3).
 
 `generate_keys` runs one `generate` call of the LLM for many prompts under the schema
-constraint (`constraint.SchemaConstraint`, Eq. 6): keys are written as " k1, k2, k3",
+constraint (Eq. 6), stated as data (`KeyConstraint`): keys are written as " k1, k2, k3",
 EOS ends the list wherever a key may end (one EOS id only, `key_end_id`, so a key ends
-one way), and after `max_keys` keys only EOS may follow. `SchemaDecoding` builds the
-processors of each batch of the call and reads every returned sequence back into keys
-with their raw log-probs (the tracker's, see `key_state`).
+one way), and after `max_keys` keys only EOS may follow. Each backend compiles the
+constraint its own way: the local one into `SchemaDecoding`'s logits processors
+(`constraint.SchemaConstraint`), a serving engine into a token-id grammar and client-side
+steps (scgmem/llm/served). `KeyReader` reads every returned sequence back into keys from
+its ids and raw log-probs, whichever backend produced them.
 
 Example::
 
@@ -20,9 +22,10 @@ from typing import Callable, Sequence
 from transformers import LogitsProcessor
 
 from scgmem.core.constraint import MaskRows, SchemaConstraint
-from scgmem.core.key_state import DEAD, KeyTracker, prompt_key
-from scgmem.core.schema import NO_NODE, CognitiveSchema
-from scgmem.llm.protocol import LanguageModel
+from scgmem.core.key_state import DEAD, KeyTracker, RowState
+from scgmem.core.schema import NO_NODE, CognitiveSchema, TokenTrie
+from scgmem.llm.constraint_spec import KeyConstraint
+from scgmem.llm.protocol import Generation, LanguageModel
 
 
 @dataclass
@@ -66,27 +69,25 @@ class KeyList:
 
 
 class SchemaDecoding:
-    """Processor factory for one constrained `LLM.generate` call, and the reader of its keys.
+    """The schema constraint compiled for the local backend: the processor factory of one
+    constrained `LLM.generate` call (`scgmem.llm.local_constraint` builds it from a `KeyConstraint`).
 
     Args:
-        schema: the cognitive schema S.
-        eos_ids / pad_id: the model's.
+        trie: the schema's token trie.
+        terminator / eos_ids / pad_id: the separator ending a key, the ids that may end the list,
+            the model's padding token.
         max_keys: keys per generated sequence (None = until EOS).
-        decode: token ids -> text (the tokenizer's decode).
         distinct / record_logprobs / scores_are_logprobs: see `KeyTracker` and `SchemaConstraint`.
     """
 
-    def __init__(self, schema: CognitiveSchema, *, eos_ids: Sequence[int], pad_id: int,
-                 max_keys: int | None, decode: Callable[[list[int]], str], distinct: bool = True,
-                 record_logprobs: bool = True, scores_are_logprobs: bool = False) -> None:
-        self.schema = schema
+    def __init__(self, trie: TokenTrie, *, terminator: int, eos_ids: Sequence[int], pad_id: int,
+                 max_keys: int | None, distinct: bool = True, record_logprobs: bool = True,
+                 scores_are_logprobs: bool = False) -> None:
         self.scores_are_logprobs = scores_are_logprobs
         self.pad_id = pad_id
-        self.decode = decode
         self.record_logprobs = record_logprobs
         # One tracker and one set of mask rows for the whole call: its batches share the trie.
-        self.tracker = KeyTracker(schema.trie, terminator=schema.terminator, eos_ids=eos_ids, max_keys=max_keys,
-                                  distinct=distinct)
+        self.tracker = KeyTracker(trie, terminator=terminator, eos_ids=eos_ids, max_keys=max_keys, distinct=distinct)
         self.mask_rows = MaskRows(self.tracker, pad_id)
         self.processors: list[SchemaConstraint] = []
 
@@ -100,6 +101,26 @@ class SchemaDecoding:
     def dead_rows(self) -> int:
         return sum(p.dead_rows for p in self.processors)
 
+
+class KeyReader:
+    """Reads the keys of a generated sequence from its ids and raw log-probs, whichever backend
+    produced them, by replaying the trie transitions of `KeyTracker.step` from the root: the
+    same states the local processor reached, and for a server's reply the check that every
+    generated key is a path of S (a key outside it is kept with concept None and counted by
+    the caller, never trusted).
+
+    Args:
+        schema: S.
+        constraint: the call's `KeyConstraint`.
+        decode: token ids -> text (the tokenizer's decode).
+    """
+
+    def __init__(self, schema: CognitiveSchema, constraint: KeyConstraint, decode: Callable[[list[int]], str]) -> None:
+        self.schema = schema
+        self.decode = decode
+        self.tracker = KeyTracker(schema.trie, terminator=constraint.terminator, eos_ids=[constraint.end_id],
+                                  max_keys=constraint.max_keys, distinct=constraint.distinct)
+
     def _key(self, ids: list[int], start: int, end: int, logprob: float) -> GeneratedKey:
         body = ids[start:end]
         if body and body[-1] == self.schema.terminator:
@@ -107,18 +128,20 @@ class SchemaDecoding:
         return GeneratedKey(text=self.decode(body).strip(), concept=self.schema.concept_of_tokens(body),
                             token_ids=body, logprob=logprob, n_tokens=end - start)
 
-    def read(self, prompt_ids: Sequence[int], token_ids: Sequence[int], score: float = 0.0, text: str = "") -> KeyList:
-        """The keys of one generated sequence (token ids without EOS) for a prompt (its ids)."""
-        ids = list(token_ids)
-        entry = self.tracker.lookup(prompt_key(prompt_ids, self.pad_id), ids)
-        if entry is None:  # not tracked: split on the terminator, log-probs unknown
-            keys, begin = [], 0
+    def read(self, gen: Generation) -> KeyList:
+        """The keys of one generated sequence (token ids without the final EOS)."""
+        ids, score, text = list(gen.token_ids), gen.logprob, gen.text
+        if gen.token_logprobs is None or len(gen.token_logprobs) != len(ids):
+            keys, begin = [], 0  # not tracked: split on the terminator, log-probs unknown
             for i, t in enumerate(ids + [self.schema.terminator]):
                 if t == self.schema.terminator and i > begin:
                     keys.append(self._key(ids, begin, i + 1, float("nan")))
                     begin = i + 1
             return KeyList(keys, score, text, complete=False, tracked=False)
-        state, _, eos_lp = entry
+        state = RowState(TokenTrie.ROOT)
+        for position, (token, lp) in enumerate(zip(ids, gen.token_logprobs)):
+            state = self.tracker.step(state, token, lp, position)
+        eos_lp = float("nan") if gen.end_logprob is None else gen.end_logprob
         keys = [self._key(ids, s, e, lp) for s, e, lp in state.keys]
         complete = True
         if state.node >= 0 and state.key_start < len(ids):  # a key is open: it ended here with EOS?
@@ -131,13 +154,6 @@ class SchemaDecoding:
         elif state.node == DEAD:
             complete = False
         return KeyList(keys, score, text, complete=complete)
-
-
-def _prompt_ids(llm: LanguageModel, prompt: str, max_new_tokens: int) -> list[int]:
-    """The ids the backend feeds for `prompt` (it keeps the end of an over-long prompt)."""
-    ids = llm.encode(prompt)
-    limit = llm.context_window - max_new_tokens
-    return ids[len(ids) - limit:] if len(ids) > limit else ids
 
 
 def key_end_id(llm: LanguageModel) -> int:
@@ -167,22 +183,15 @@ def generate_keys(llm: LanguageModel, schema: CognitiveSchema, prompts: Sequence
             (each key takes at most `max_depth` tokens with its terminator or EOS).
 
     Returns:
-        (per prompt, per returned sequence: a `KeyList`; the `SchemaDecoding` used).
+        (per prompt, per returned sequence: a `KeyList`; the `KeyReader` used).
     """
     if len(schema) == 0:
         raise ValueError("generate_keys: the schema is empty")
     if max_new_tokens is None:
         max_new_tokens = (max_keys or 8) * schema.trie.max_depth
-    decoding = SchemaDecoding(schema, eos_ids=[key_end_id(llm)], pad_id=llm.pad_id,
-                              max_keys=max_keys, decode=llm.decode,
-                              scores_are_logprobs=num_beams > 1)  # beam search hands over log_softmax
+    constraint = KeyConstraint(schema.trie, terminator=schema.terminator, end_id=key_end_id(llm), max_keys=max_keys)
     gens = llm.generate(list(prompts), max_new_tokens=max_new_tokens, temperature=temperature, seeds=seeds,
-                        processors=decoding, num_beams=num_beams, num_return_sequences=max(1, num_beams),
+                        constraint=constraint, num_beams=num_beams, num_return_sequences=max(1, num_beams),
                         length_penalty=0.0)
-    out = []
-    for prompt, row in zip(prompts, gens):
-        pids = _prompt_ids(llm, prompt, max_new_tokens)
-        out.append([decoding.read(pids, g.token_ids, g.logprob, g.text) for g in row])
-    return out, decoding
-
-
+    reader = KeyReader(schema, constraint, llm.decode)
+    return [[reader.read(g) for g in row] for row in gens], reader

@@ -68,7 +68,7 @@ class KeyTracker:
     """The state of every (prompt, generated prefix) of one constrained generate call.
 
     Shared by the processors built for each batch of that call, and read after generation
-    by `SchemaDecoding.read`.
+    by `token_logprobs`.
 
     Args:
         trie: the schema's `TokenTrie` (keys end with `terminator`); fixed during the call.
@@ -95,6 +95,9 @@ class KeyTracker:
         self.distinct = distinct
         self.prompt_ids: dict[tuple[int, ...], int] = {}
         self.entries: dict[tuple[int, tuple[int, ...]], Entry] = {}
+        # (prompt id, prefix) -> raw log-prob of the prefix's last token: what a sequence's
+        # `Generation.token_logprobs` is read from after the call
+        self.token_lp: dict[tuple[int, tuple[int, ...]], float] = {}
 
     def prompt_id(self, prompt: tuple[int, ...]) -> int:
         return self.prompt_ids.setdefault(prompt, len(self.prompt_ids))
@@ -109,9 +112,23 @@ class KeyTracker:
         return [self.entries[(pid, tuple(row[:-1]))] for pid, row in zip(pids, generated)]
 
     def remember(self, pids: Sequence[int], generated: list[list[int]], states: list[RowState],
-                 eos_logprobs: list[float]) -> None:
+                 eos_logprobs: list[float], token_logprobs: Sequence[float] | None = None) -> None:
         for row, (pid, prefix, state) in enumerate(zip(pids, generated, states)):
-            self.entries[(pid, tuple(prefix))] = (state, row, eos_logprobs[row])
+            key = (pid, tuple(prefix))
+            self.entries[key] = (state, row, eos_logprobs[row])
+            if token_logprobs is not None and prefix:
+                self.token_lp[key] = token_logprobs[row]
+
+    def token_logprobs(self, prompt: tuple[int, ...], generated: Sequence[int]) -> tuple[list[float] | None, float | None]:
+        """(raw log-prob of each generated token, raw log-prob of EOS after them) of a tracked
+        sequence; (None, None) when it was not tracked to its end (a sequence cut at
+        `max_new_tokens` has no step after its last token)."""
+        pid = self.prompt_ids.get(prompt)
+        entry = None if pid is None else self.entries.get((pid, tuple(generated)))
+        if entry is None:
+            return None, None
+        lps = [self.token_lp.get((pid, tuple(generated[:i + 1]))) for i in range(len(generated))]
+        return (None, None) if None in lps else (lps, entry[2])
 
     # ------------------------------------------------------------------ transition
     def step(self, parent: RowState, token: int, logprob: float, position: int) -> RowState:

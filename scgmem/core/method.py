@@ -92,10 +92,10 @@ class SCGMem(MemoryMethod):
                  max_keywords: int = 5, context_tokens: int | None = None, separator: str = ",",
                  dense_threshold: int = 256) -> None:
         super().__init__(llm, embedder)
-        if getattr(llm, "served", False):  # a server decodes without SCG-Mem's logits processors
-            raise ValueError("SCG-Mem needs token-level constrained decoding (its schema constraint and recorded "
-                             "log-probs), which a served model cannot give: use the local backend (model=local, "
-                             "model=smollm2-135m or a hub model config)")
+        if getattr(llm, "served", False) and not llm.applies_constraints:  # a server without a grammar engine
+            raise ValueError("SCG-Mem needs token-level constrained decoding (its schema constraint and raw "
+                             "log-probs): set model.engine=vllm|sglang|llamacpp (llguidance token-id grammars) "
+                             "and model.tokenizer, or use the local backend")
         for name, value, low in (("k", k, 1), ("hops", hops, 0), ("num_beams", num_beams, 1),
                                  ("ingest_batch_size", ingest_batch_size, 1), ("max_keywords", max_keywords, 1)):
             check_int(name, value, low)
@@ -152,8 +152,8 @@ class SCGMem(MemoryMethod):
 
         Ingestion is greedy (deterministic), so `rng` is not drawn from.
         """
-        if not self.llm.applies_processors:
-            raise TypeError(f"SCG-Mem needs a real LLM (the schema constraint runs inside its generate); got "
+        if not self.llm.applies_constraints:
+            raise TypeError(f"SCG-Mem needs a real LLM (its generate must honour the schema constraint); got "
                             f"{type(self.llm).__name__}")
         self._reset()
         evolution = Evolution(self.llm, self.schema, counters=self.counters, **self.evolution_args)

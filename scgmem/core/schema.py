@@ -124,6 +124,11 @@ class TokenTrie:
         """(vocab,) bool row, True where allowed, for nodes with many children; else None."""
         return self._dense.get(node)
 
+    def edges(self, node: int):
+        """(token, child node) of every edge out of `node`, in token order (what a grammar
+        compiler walks; decoding asks `allowed` instead)."""
+        return iter(sorted(self._children[node].items()))
+
     def num_children(self, node: int) -> int:
         return len(self._children[node])
 

@@ -16,7 +16,6 @@ Example::
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -29,10 +28,13 @@ from transformers.generation.stopping_criteria import StopStringCriteria
 from scgmem.config_resolvers import DEFAULT_CAP_PROFILE, check_cap_profile
 from scgmem.llm.attention import attention_kernels, check_backends
 from scgmem.llm.batch_plan import split_call
-from scgmem.llm.chat_template import DEFAULT_DATE, DEFAULT_SYSTEM_PROMPT, ChatPolicy, render_messages, template_report
+from scgmem.llm.chat_template import (DEFAULT_DATE, DEFAULT_SYSTEM_PROMPT, ChatPolicy, eos_token_ids, render_messages,
+                                      template_report)
+from scgmem.llm.constraint_spec import KeyConstraint
 from scgmem.llm.generation import SettingsLog, effective_settings, explicit_config, neutralise
 from scgmem.llm.gqa_attention import check_implementation
 from scgmem.llm.loading import model_identity, resolve_model_dir
+from scgmem.llm.memo import cut_at_eos, recall_memo
 from scgmem.llm.oom import OomSplitter
 from scgmem.llm.prefix_cache import PrefixCache, cache_keyword, layout_batch
 from scgmem.llm.protocol import Generation, ProcessorFactory, TokenizerFacts  # noqa: F401 (re-exported)
@@ -165,14 +167,7 @@ class LLM(TokenizerFacts):
 
     # ------------------------------------------------------------------ text <-> tokens
     def _eos_ids(self) -> list[int]:
-        ids = {self.tokenizer.eos_token_id}
-        gen_eos = getattr(self.model.generation_config, "eos_token_id", None)
-        ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
-        for tok in ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>"):
-            tid = self.tokenizer.convert_tokens_to_ids(tok)
-            if isinstance(tid, int) and tid != self.tokenizer.unk_token_id and tid is not None:
-                ids.add(tid)
-        return sorted(i for i in ids if i is not None)
+        return eos_token_ids(self.tokenizer, getattr(self.model.generation_config, "eos_token_id", None))
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -239,6 +234,7 @@ class LLM(TokenizerFacts):
         temperature: float = 0.0,
         seeds: Sequence[int] | None = None,
         processors: ProcessorFactory | None = None,
+        constraint: KeyConstraint | None = None,
         num_beams: int = 1,
         num_return_sequences: int = 1,
         length_penalty: float = 0.0,
@@ -250,6 +246,8 @@ class LLM(TokenizerFacts):
             prompts: rendered prompt strings (see `render`).
             temperature: 0 = greedy; > 0 = sampling with one seed per prompt (`seeds`).
             processors: factory for extra logits processors (applied before sampling).
+            constraint: a `KeyConstraint`, compiled into the schema processor
+                (`scgmem.llm.local_constraint`); fills each Generation's raw log-probs.
             num_beams / num_return_sequences: beam search (greedy within beams);
                 `length_penalty=0` ranks beams by their cumulative log-probability.
             stop: strings at which generation stops (checked during generation) and the
@@ -267,7 +265,10 @@ class LLM(TokenizerFacts):
         config = explicit_config(max_new_tokens=max_new_tokens, num_beams=num_beams,
                                  num_return_sequences=num_return_sequences, length_penalty=length_penalty,
                                  eos_token_ids=self.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id)
-        names = [] if processors is None else [type(processors).__name__]  # e.g. SchemaDecoding
+        if constraint is not None:
+            from scgmem.llm.local_constraint import LocalKeyConstraint  # local: it imports the core's processor
+            processors = LocalKeyConstraint(constraint, pad_id=self.tokenizer.pad_token_id, beams=num_beams > 1)
+        names = [] if processors is None else ["SchemaDecoding" if constraint is not None else type(processors).__name__]
         self.settings_log.record(
             SettingsLog.kind(self.usage.phase, temperature=temperature, num_beams=num_beams, processors=names),
             effective_settings(config), calls=len(prompts), max_new_tokens=max_new_tokens,
@@ -278,7 +279,7 @@ class LLM(TokenizerFacts):
         if self.memo is not None and processors is None:
             settings = (max_new_tokens, temperature, num_beams, num_return_sequences, length_penalty, tuple(stop))
             keys = [(p, None if seeds is None else int(seeds[i]), settings) for i, p in enumerate(prompts)]
-            self._recall_memo(keys, results)
+            recall_memo(self.memo, self.usage, keys, results)
         pending = [i for i in range(len(prompts)) if results[i] is None]
         encoded = {i: self._fit_window(self.encode(prompts[i]), max_new_tokens) for i in pending}
         for idx in self._batches(pending, prompts, encoded, max_new_tokens, num_beams):
@@ -291,21 +292,11 @@ class LLM(TokenizerFacts):
                     self.memo[keys[i]] = out
                     if len(self.memo) > self.memo_entries:
                         self.memo.popitem(last=False)
+        if constraint is not None:  # the raw log-probs the processor recorded, per returned sequence
+            for i, row in enumerate(results):
+                for g in row:
+                    g.token_logprobs, g.end_logprob = processors.logprobs(encoded[i][0], g.token_ids)
         return results
-
-    def _recall_memo(self, keys: list, results: list) -> None:
-        """Fill `results` from the memo. A hit is counted as the call it stands for (a method's
-        cost does not depend on what an earlier sweep job computed) and as a memo hit."""
-        hits = []
-        for i, key in enumerate(keys):
-            if key in self.memo:
-                self.memo.move_to_end(key)
-                results[i] = [dataclasses.replace(g, token_ids=list(g.token_ids)) for g in self.memo[key]]
-                hits.append(results[i])
-        if hits:
-            self.usage.add(prompt_tokens=sum(g[0].n_prompt_tokens for g in hits),
-                           generated_tokens=sum(len(x.token_ids) for g in hits for x in g),
-                           calls=len(hits), memo_hits=len(hits), cut=sum(x.cut for g in hits for x in g))
 
     def _batches(self, pending: list[int], prompts: Sequence[str], encoded: dict, max_new_tokens: int,
                  num_beams: int) -> list[list[int]]:
@@ -363,7 +354,7 @@ class LLM(TokenizerFacts):
             row_gens = []
             for j in range(config.num_return_sequences):
                 k = row * config.num_return_sequences + j
-                ids, ended = self._cut_at_eos(sequences[k], pad)
+                ids, ended = cut_at_eos(sequences[k], pad, self.eos_token_ids)
                 n_generated += len(ids)
                 text = self.tokenizer.decode(ids, skip_special_tokens=True)
                 for s in stop:
@@ -398,14 +389,3 @@ class LLM(TokenizerFacts):
         self._shared = shared
         input_ids, attention = layout_batch(rows, shared, self.tokenizer.pad_token_id, self.device)
         return input_ids, attention, states, reused
-
-    def _cut_at_eos(self, ids: list[int], pad: int) -> tuple[list[int], bool]:
-        """The generated ids before the first EOS (pads dropped), and whether an EOS came."""
-        kept = []
-        for t in ids:
-            if t in self.eos_token_ids:
-                return kept, True
-            if t == pad and pad not in self.eos_token_ids:
-                continue
-            kept.append(t)
-        return kept, False

@@ -119,3 +119,19 @@ def template_report(tokenizer, policy: ChatPolicy) -> dict:
             "template_sha256": hashlib.sha256(template.encode()).hexdigest(),
             "probe_sha256": hashlib.sha256(probe.encode()).hexdigest(),
             "probe": probe}
+
+
+END_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>")
+
+
+def eos_token_ids(tokenizer, generation_eos=None) -> list[int]:
+    """Every id that ends a generation: the tokenizer's EOS, the generation config's, and the chat
+    end tokens the vocabulary has. The local and the served backend read it alike, so a beam
+    search keeps as many candidates on either (transformers keeps `max(2, 1 + n_eos) * b`)."""
+    ids = {tokenizer.eos_token_id}
+    ids.update(generation_eos if isinstance(generation_eos, list) else [generation_eos])
+    for tok in END_TOKENS:
+        tid = tokenizer.convert_tokens_to_ids(tok)
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid is not None:
+            ids.add(tid)
+    return sorted(i for i in ids if i is not None)

@@ -2,7 +2,7 @@
 
 It implements `scgmem.llm.protocol.LanguageModel` and the rest of the surface the harness
 uses (usage, chat policy, generation report). Tokens are whitespace-separated words, each
-word's id a hash below `WORD_IDS`; it applies no logits processors, so SCG-Mem's constrained
+word's id a hash below `WORD_IDS`; it applies no constraint, so SCG-Mem's constrained
 decoding cannot run on it.
 
 Example::
@@ -42,7 +42,7 @@ class ScriptedLLM:
     pad_id = WORD_IDS
     eos_id = WORD_IDS + 1
     dtype = "none"  # no weights
-    applies_processors = False
+    applies_constraints = False
 
     def set_chat_policy(self, policy) -> None:
         self.chat = policy
@@ -81,7 +81,7 @@ class ScriptedLLM:
         return reply
 
     def generate(self, prompts, *, max_new_tokens: int = 64, temperature: float = 0.0, seeds=None,
-                 processors=None, num_beams: int = 1, num_return_sequences: int = 1,
+                 constraint=None, num_beams: int = 1, num_return_sequences: int = 1,
                  length_penalty: float = 0.0, stop=()) -> list[list[Generation]]:
         out = []
         for p in prompts:
@@ -98,7 +98,7 @@ class ScriptedLLM:
 
 class HybridLLM:
     """A real `LLM` for constrained calls (they need its tokenizer and logits), scripted replies
-    for free generation (no logits processors): SCG-Mem's whole pipeline at scripted speed."""
+    for free generation (no constraint): SCG-Mem's whole pipeline at scripted speed."""
 
     def __init__(self, llm, script: Callable[[str], str]) -> None:
         self._llm = llm
@@ -109,7 +109,7 @@ class HybridLLM:
         return getattr(self._llm, name)
 
     def generate(self, prompts, **kwargs):
-        if kwargs.get("processors") is not None:
+        if kwargs.get("constraint") is not None or kwargs.get("processors") is not None:
             return self._llm.generate(prompts, **kwargs)
         self.free_prompts.extend(prompts)
         return [[Generation(text=self.script(p))] for p in prompts]

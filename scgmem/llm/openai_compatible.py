@@ -37,10 +37,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from scgmem.config_resolvers import DEFAULT_CAP_PROFILE, check_cap_profile
-from scgmem.llm.backend import Generation
-from scgmem.llm.chat_template import ChatPolicy, render_messages
+from scgmem.llm.protocol import Generation
+from scgmem.llm.chat_template import ChatPolicy, eos_token_ids, render_messages
 from scgmem.llm.generation import SettingsLog
+from scgmem.llm.constraint_spec import KeyConstraint
 from scgmem.llm.http_client import JsonClient, ServerError
+from scgmem.llm.served.constrained import ConstrainedCalls, make_dialect
+from scgmem.llm.served.dialect import Unsupported
+from scgmem.llm.served.transport import ServerPool, server_root
 from scgmem.llm.usage import UsageMeter
 
 log = logging.getLogger(__name__)
@@ -69,14 +73,16 @@ class OpenAICompatibleLLM:
             needs `tokenizer`).
     """
 
-    applies_processors = False  # no token-level control: SCG-Mem's schema constraint cannot run
     served = True
 
     def __init__(self, base_url: str, model_id: str, *, name: str | None = None, api_key_env: str | None = None,
                  tokenizer: str | None = None, context_window: int = 8192, max_concurrency: int = 8,
                  timeout_s: float = 300.0, retries: int = 5, backoff_s: float = 1.0, top_p: float = 1.0,
                  seed: int = 0, prefill: bool = False, logprobs: bool = False, cap_profile: str = DEFAULT_CAP_PROFILE,
-                 api: str = "chat") -> None:
+                 api: str = "chat", engine: str | None = None, engine_options: dict | None = None) -> None:
+        urls = [str(u) for u in base_url] if isinstance(base_url, (list, tuple)) or hasattr(base_url, "__len__") \
+            and not isinstance(base_url, str) else [base_url]
+        base_url = urls[0] if urls else ""
         if not base_url or base_url == "???":
             raise ValueError("model.base_url is required, e.g. model.base_url=http://127.0.0.1:8000/v1")
         if not model_id or model_id == "???":
@@ -107,6 +113,9 @@ class OpenAICompatibleLLM:
         self.api = api
         self.client = JsonClient(self.base_url, api_key=key, timeout_s=timeout_s, retries=retries,
                                  backoff_s=backoff_s)
+        # every server of model.base_url: requests spread over them, a dead one's go to the others
+        self.pool = ServerPool(urls, api_key=key, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
+        self._openai_prefix = self.base_url[len(server_root(self.base_url)):]
         self.usage = UsageMeter()
         self.settings_log = SettingsLog()
         self.chat = ChatPolicy()
@@ -125,6 +134,14 @@ class OpenAICompatibleLLM:
                 raise ValueError(f"model.tokenizer={tokenizer}: cannot load a tokenizer ({str(e).splitlines()[0]})") from None
         else:
             self._server_tokenize = self._find_tokenize_endpoint()
+        self.engine = engine
+        self.constrained = None
+        if engine is not None:
+            if self.tokenizer is None:
+                raise ValueError(f"model.engine={engine}: constrained decoding sends token ids and needs the "
+                                 f"served model's tokenizer here (model.tokenizer=<folder or hub id>)")
+            self.constrained = ConstrainedCalls(make_dialect(engine, model_id, engine_options), self.pool,
+                                                eos_ids=self.eos_ids, max_concurrency=self.max_concurrency)
 
     # ------------------------------------------------------------------ tokens
     def _find_tokenize_endpoint(self) -> str:
@@ -172,7 +189,13 @@ class OpenAICompatibleLLM:
 
     @property
     def eos_ids(self) -> list[int]:
-        return [self.eos_id]
+        """The ids that end a generation, read off the tokenizer as the local backend reads them."""
+        return eos_token_ids(self.tokenizer) if self.tokenizer is not None else [self.eos_id]
+
+    @property
+    def applies_constraints(self) -> bool:
+        """SCG-Mem's schema constraint runs here when an engine dialect is set (`model.engine`)."""
+        return self.constrained is not None
 
     dtype = "served"  # the server's weights; part of the memory-cache key with `source`
 
@@ -207,15 +230,24 @@ class OpenAICompatibleLLM:
                 "chat_template": {**self.chat.as_dict(), "applied_by": "server"}, "cap_profile": self.cap_profile,
                 "server": {"models_reported": sorted(self.served_models), "model_id": self.model_id,
                            "api": self.api, "prefill": self.prefill, "max_concurrency": self.max_concurrency,
-                           "tokenizer": "local" if self.tokenizer is not None else "server /tokenize"}}
+                           "tokenizer": "local" if self.tokenizer is not None else "server /tokenize",
+                           "pool": self.pool.report(), **self._engine_report()}}
+
+    def _engine_report(self) -> dict:
+        if self.constrained is None:
+            return {"engine": None}
+        return {"engine": self.engine, "raw_logprobs_route": self.constrained.dialect.route,
+                "constrained_requests": self.constrained.requests}
 
     # ------------------------------------------------------------------ generation
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64, temperature: float = 0.0,
-                 seeds: Sequence[int] | None = None, processors=None, num_beams: int = 1,
+                 seeds: Sequence[int] | None = None, constraint: KeyConstraint | None = None, num_beams: int = 1,
                  num_return_sequences: int = 1, length_penalty: float = 0.0,
                  stop: Sequence[str] = ()) -> list[list[Generation]]:
-        if processors is not None:
-            raise TypeError("logits processors need token-level control: use the local backend (e.g. model=local)")
+        if constraint is not None:
+            return self._generate_constrained(prompts, constraint, max_new_tokens=max_new_tokens,
+                                              temperature=temperature, seeds=seeds, num_beams=num_beams,
+                                              num_return_sequences=num_return_sequences)
         if num_beams > 1 or num_return_sequences > 1:
             raise TypeError("beam search needs token-level control: use the local backend (e.g. model=local)")
         if temperature > 0 and (seeds is None or len(seeds) != len(prompts)):
@@ -230,9 +262,36 @@ class OpenAICompatibleLLM:
         if max_new_tokens <= 0:
             return [[Generation(text="", n_prompt_tokens=0)] for _ in prompts]
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, max(1, len(bodies)))) as pool:
-            replies = list(pool.map(lambda b: self.client.post(f"/{self._endpoint}", b[0]), bodies))
+            replies = list(pool.map(lambda ib: self.pool.post(self._openai_prefix + f"/{self._endpoint}", ib[1][0],
+                                                              affinity=ib[0]), enumerate(bodies)))
         # prompt order, whatever the order of arrival
         return [[self._generation(reply, prefix, stop)] for (_, prefix), reply in zip(bodies, replies)]
+
+    def _generate_constrained(self, prompts, constraint, *, max_new_tokens, temperature, seeds, num_beams,
+                              num_return_sequences) -> list[list[Generation]]:
+        """A `KeyConstraint` on the engine (scgmem/llm/served): the ids the local backend would feed
+        (the end of an over-long prompt), one decoder per prompt."""
+        if self.constrained is None:
+            raise Unsupported(f"{self.base_url}: SCG-Mem's schema constraint needs a grammar engine: set "
+                              f"model.engine=vllm|sglang|llamacpp (llguidance token-id grammars)")
+        if temperature > 0 and (seeds is None or len(seeds) != len(prompts)):
+            raise ValueError("sampling needs one seed per prompt (seeds=...)")
+        self.settings_log.record(SettingsLog.kind(self.usage.phase, temperature=temperature, num_beams=num_beams,
+                                                  processors=["SchemaDecoding"]),
+                                 {"engine": self.engine, "num_beams": num_beams, "length_penalty": 0.0,
+                                  "early_stopping": False, "temperature": float(temperature)},
+                                 calls=len(prompts), max_new_tokens=max_new_tokens, temperature=temperature, stop=())
+        limit = self.context_window - max_new_tokens
+        ids = [(lambda x: x[len(x) - limit:] if len(x) > limit else x)(self.encode(p)) for p in prompts]
+        before = self.constrained.requests
+        gens = self.constrained.generate(ids, constraint, max_new_tokens=max_new_tokens, temperature=temperature,
+                                         seeds=seeds if seeds is not None else [self.seed] * len(prompts),
+                                         num_beams=num_beams, num_return_sequences=num_return_sequences,
+                                         decode=lambda t: self.tokenizer.decode(t, skip_special_tokens=True))
+        self.usage.add(prompt_tokens=sum(len(x) for x in ids), calls=self.constrained.requests - before,
+                       generated_tokens=sum(len(g.token_ids) for row in gens for g in row),
+                       cut=sum(g.cut for row in gens for g in row))
+        return gens
 
     @property
     def _endpoint(self) -> str:

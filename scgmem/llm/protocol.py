@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Callable, Protocol, Sequence, runtime_checkabl
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from scgmem.llm.constraint_spec import KeyConstraint
+
 # A callable that builds the extra logits processors for one batch. It gets the batch's
 # prompt length (in tokens, after left padding) and the number of rows
 # (batch * num_beams). Processors that track per-row state need a fresh copy per batch.
@@ -38,6 +40,10 @@ class Generation:
             beam's cumulative score.
         n_prompt_tokens: tokens of the prompt.
         cut: True when generation stopped at `max_new_tokens`, before EOS or a stop string.
+        token_logprobs: constrained calls only: the *raw* log-prob of each of `token_ids` under
+            the model's own distribution (before the constraint's mask); None when unknown.
+        end_logprob: constrained calls only: the raw log-prob of the constraint's end id right
+            after `token_ids` (whether or not it was generated); None when unknown.
     """
 
     text: str
@@ -45,6 +51,8 @@ class Generation:
     logprob: float = 0.0
     n_prompt_tokens: int = 0
     cut: bool = False
+    token_logprobs: list[float] | None = None
+    end_logprob: float | None = None
 
     @property
     def mean_logprob(self) -> float:
@@ -65,8 +73,8 @@ class LanguageModel(Protocol):
         eos_id: the tokenizer's own end-of-sequence token (for chat models, the end of a turn).
         dtype: the weights' dtype as torch names it (e.g. "torch.float32"); part of the key of
             a cached memory.
-        applies_processors: whether `generate` applies the logits processors it is handed
-            (a scripted stand-in does not, so it cannot decode under a constraint).
+        applies_constraints: whether `generate` honours a `constraint` (a scripted stand-in
+            does not, so SCG-Mem cannot run on it).
     """
 
     name: str
@@ -88,7 +96,7 @@ class LanguageModel(Protocol):
     def dtype(self) -> str: ...
 
     @property
-    def applies_processors(self) -> bool: ...
+    def applies_constraints(self) -> bool: ...
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`, without special tokens."""
@@ -103,10 +111,15 @@ class LanguageModel(Protocol):
         """Chat messages (or one user string) as the model's prompt text."""
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64, temperature: float = 0.0,
-                 seeds: Sequence[int] | None = None, processors: ProcessorFactory | None = None,
+                 seeds: Sequence[int] | None = None, constraint: KeyConstraint | None = None,
                  num_beams: int = 1, num_return_sequences: int = 1, length_penalty: float = 0.0,
                  stop: Sequence[str] = ()) -> list[list[Generation]]:
-        """`num_return_sequences` generations per prompt (see `scgmem.llm.LLM.generate`)."""
+        """`num_return_sequences` generations per prompt (see `scgmem.llm.LLM.generate`).
+
+        `constraint` (data, `scgmem.llm.constraint_spec`): generate only lists of keys of its
+        trie, and fill each Generation's raw `token_logprobs` / `end_logprob`. With
+        `num_beams=b` it is the constrained beam search over those lists (b sequences per
+        prompt, ranked by cumulative raw log-prob, transformers' beam search semantics)."""
 
 
 class TokenizerFacts:
@@ -143,7 +156,7 @@ class TokenizerFacts:
     def dtype(self) -> str:
         return str(self.model.dtype)
 
-    applies_processors = True
+    applies_constraints = True
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(ids)

@@ -18,7 +18,7 @@ What makes the threads deterministic is a baton: exactly one thread runs at any 
 
 A batch therefore depends only on what the programs ask, never on timing. With width 1 each
 request reaches the backend unchanged, so outputs equal those of calling the model directly.
-Calls with extra logits processors (SCG-Mem's schema constraint) carry per-call state tied
+Calls with a constraint or extra logits processors (SCG-Mem's schema constraint) carry per-call state tied
 to their rows, so they are never merged: each is its own group.
 
 The real model, its usage meter and every `generate` run on the thread that called `run`;
@@ -52,9 +52,9 @@ class _Request:
     phase: str
 
     def group_key(self, worker) -> tuple:
-        if self.kwargs.get("processors") is not None:
+        if self.kwargs.get("processors") is not None or self.kwargs.get("constraint") is not None:
             return ("alone", id(worker))
-        settings = tuple(sorted((k, _frozen(v)) for k, v in self.kwargs.items() if k not in ("seeds", "processors")))
+        settings = tuple(sorted((k, _frozen(v)) for k, v in self.kwargs.items() if k not in ("seeds", "processors", "constraint")))
         return (self.phase, self.kwargs.get("seeds") is None, settings)
 
 

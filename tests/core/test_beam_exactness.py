@@ -79,12 +79,13 @@ def test_beam_search_returns_the_exact_top_keys_when_the_beams_can_hold_the_sche
 
 def test_a_finished_key_may_take_one_eos_only(multi_eos_llm, monkeypatch):
     import scgmem.core.decoding as decoding
+    import scgmem.llm.local_constraint as local
 
     llm = multi_eos_llm
     schema = schema_of(llm, ("lake", "hiking"))
     built = []
-    real = decoding.SchemaDecoding
-    monkeypatch.setattr(decoding, "SchemaDecoding", lambda *a, **kw: built.append(real(*a, **kw)) or built[-1])
+    real = local.LocalKeyConstraint
+    monkeypatch.setattr(local, "LocalKeyConstraint", lambda *a, **kw: built.append(real(*a, **kw)) or built[-1])
     prompt = llm.render("Question: where?", assistant_prefix="Keyword:")
     decoding.generate_keys(llm, schema, [prompt], max_keys=1)
     (proc,) = built[0](1, 1)

@@ -168,8 +168,15 @@ def test_token_level_calls_name_the_local_backend():
         llm = make(server)
         with pytest.raises(TypeError, match="use the local backend"):
             llm.generate(["x"], num_beams=5, num_return_sequences=5)
-        with pytest.raises(TypeError, match="use the local backend"):
-            llm.generate(["x"], processors=lambda n, rows: [])
+        # a constraint without an engine dialect names the missing feature in one line
+        from scgmem.core.schema import TokenTrie
+        from scgmem.llm.constraint_spec import KeyConstraint
+        from scgmem.llm.served.dialect import Unsupported
+
+        trie = TokenTrie(vocab_size=10)
+        trie.insert([3, 9])
+        with pytest.raises(Unsupported, match="model.engine=vllm|sglang|llamacpp"):
+            llm.generate(["x"], constraint=KeyConstraint(trie, terminator=9, end_id=1))
 
 
 def test_memory_cache_key_names_the_model_not_the_url():

@@ -18,7 +18,7 @@ class Minimal:
     eos_id = 9
     eos_ids = [9]
     dtype = "torch.float32"
-    applies_processors = False
+    applies_constraints = False
 
     def encode(self, text):
         return [0]
@@ -57,7 +57,7 @@ def test_the_real_backend_answers_from_its_tokenizer_and_model(tiny_llm):
     assert tiny_llm.vocab_size == model.config.vocab_size == model.get_output_embeddings().weight.shape[0]
     assert tiny_llm.pad_id == tok.pad_token_id and tiny_llm.eos_id == tok.eos_token_id
     assert tiny_llm.eos_id in tiny_llm.eos_ids and tiny_llm.eos_ids == sorted(tiny_llm.eos_ids)
-    assert tiny_llm.dtype == str(torch.float32) and tiny_llm.applies_processors
+    assert tiny_llm.dtype == str(torch.float32) and tiny_llm.applies_constraints
     ids = tiny_llm.encode(" hiking trip, lake")
     assert tiny_llm.decode(ids) == " hiking trip, lake"
 
@@ -67,4 +67,4 @@ def test_the_scripted_stand_in_keeps_pad_and_eos_outside_its_words():
     ids = llm.encode("a hiking trip")
     assert llm.decode(ids) == "a hiking trip"
     assert all(0 <= i < llm.vocab_size for i in ids) and not {llm.pad_id, *llm.eos_ids} & set(ids)
-    assert llm.vocab_size > max(llm.pad_id, *llm.eos_ids) and not llm.applies_processors
+    assert llm.vocab_size > max(llm.pad_id, *llm.eos_ids) and not llm.applies_constraints

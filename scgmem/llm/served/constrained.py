@@ -1,0 +1,70 @@
+"""Constrained `generate` of the served backend: a `KeyConstraint` on a serving engine.
+
+`ConstrainedCalls` holds the engine's dialect and the server pool; `generate` runs one
+`KeyDecoder` per prompt (greedy lists key by key, or the client-side beam search), prompts in
+flight side by side on a bounded thread pool (a serving engine batches them), results assembled
+in prompt order, so a deterministic engine gives the same lists run after run.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Sequence
+
+from scgmem.llm.constraint_spec import KeyConstraint
+from scgmem.llm.protocol import Generation
+from scgmem.llm.served.beams import beam_search
+from scgmem.llm.served.dialect import EngineDialect, Unsupported
+from scgmem.llm.served.keys import KeyDecoder
+from scgmem.llm.served.llamacpp import LlamaCppDialect
+from scgmem.llm.served.sglang import SGLangDialect
+from scgmem.llm.served.transport import HttpTransport, ServerPool
+from scgmem.llm.served.vllm import VLLMDialect
+
+ENGINES = {"llamacpp": LlamaCppDialect, "vllm": VLLMDialect, "sglang": SGLangDialect}
+
+
+def make_dialect(engine: str, model_id: str, options: dict | None = None) -> EngineDialect:
+    """The dialect of `model.engine` (`options`: the dialect's keywords, `model.engine_options`)."""
+    if engine not in ENGINES:
+        raise ValueError(f"model.engine must be one of {sorted(ENGINES)}, got {engine!r}")
+    try:
+        return ENGINES[engine](model_id, **dict(options or {}))
+    except TypeError as e:
+        raise ValueError(f"model.engine_options: {e}") from None
+
+
+class ConstrainedCalls:
+    """Args:
+        dialect / pool: the engine and its servers.
+        eos_ids: the served model's end-of-sequence ids (beam width, as transformers keeps it).
+        max_concurrency: prompts in flight at once.
+    """
+
+    def __init__(self, dialect: EngineDialect, pool: ServerPool, *, eos_ids: Sequence[int], max_concurrency: int) -> None:
+        self.dialect, self.pool, self.eos_ids = dialect, pool, list(eos_ids)
+        self.max_concurrency = max_concurrency
+        self.requests = 0
+
+    def generate(self, prompt_ids: Sequence[list[int]], constraint: KeyConstraint, *, max_new_tokens: int,
+                 temperature: float, seeds: Sequence[int], num_beams: int, num_return_sequences: int,
+                 decode: Callable[[list[int]], str]) -> list[list[Generation]]:
+        if temperature > 0 and num_beams > 1:
+            raise Unsupported("sampling with beam search is not supported: use temperature=0")
+
+        def one(i: int) -> tuple[list[Generation], int]:
+            decoder = KeyDecoder(HttpTransport(self.pool, self.dialect, affinity=i), constraint,
+                                 n_eos=len(self.eos_ids), where=self.pool.urls[0])
+            if num_beams > 1:
+                gens = beam_search(decoder, prompt_ids[i], num_beams=num_beams, max_new_tokens=max_new_tokens,
+                                   eos_ids=self.eos_ids, num_return_sequences=num_return_sequences)
+            else:
+                gens = [decoder.greedy(prompt_ids[i], max_new_tokens=max_new_tokens, temperature=temperature,
+                                       seed=int(seeds[i]))]
+            for g in gens:
+                g.text = decode(g.token_ids).strip()
+            return gens, decoder.requests
+
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, max(1, len(prompt_ids)))) as pool:
+            done = list(pool.map(one, range(len(prompt_ids))))
+        self.requests += sum(n for _, n in done)
+        return [gens for gens, _ in done]

@@ -1,0 +1,112 @@
+"""What the client asks of a serving engine, in engine-neutral terms, and how each engine is told.
+
+Every request is made of token ids (never text), so the server sees exactly the prompt and the
+continuation the local backend would feed, whatever its tokenizer would do with the text.
+An `EngineDialect` turns three questions into that engine's request body and reads its reply:
+
+* `continue_body` / `read_continue`: continue `prompt_ids` under an llguidance grammar (Lark
+  with token-id terminals, `lark_trie`), greedy or seeded; the reply gives the generated ids and,
+  where the engine returns them *raw* (before the grammar mask), their log-probs.
+* `next_body` / `read_next`: the raw log-probs, at the position after `prompt_ids`, of the
+  tokens `allowed` (a beam expansion). An engine may return only its top-n list: the caller
+  decides whether what came back is enough to rank exactly, and refuses otherwise.
+* `score_body` / `read_score`: the raw log-probs of a given continuation (teacher forcing),
+  for engines whose generation log-probs are renormalised over the grammar's tokens.
+
+An engine that cannot do one of these raises `Unsupported` with a one-line reason naming the
+missing feature; nothing is approximated silently. `route` names, per engine, where raw
+log-probs come from; it goes into summary.json.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+
+class Unsupported(ValueError):
+    """The engine lacks a feature the request needs; str(e) is one line naming it."""
+
+
+class BadReply(ValueError):
+    """A reply that does not have the shape the dialect documents; str(e) names the field."""
+
+
+@dataclass
+class Continuation:
+    """What a constrained continuation returned.
+
+    Attributes:
+        token_ids: the generated ids, in order (an end-of-sequence id included when generated).
+        raw_logprobs: the raw log-prob of each generated id (None when the engine's are not raw).
+        finish: "stop" (grammar or EOS ended it) or "length" (max tokens reached).
+    """
+
+    token_ids: list[int]
+    raw_logprobs: list[float] | None = None
+    finish: str = "stop"
+
+
+@dataclass
+class NextTokens:
+    """Raw log-probs at one position: `logprobs` maps token id -> raw log-prob for the allowed
+    tokens the engine returned. `complete` is True when every allowed token is in it;
+    otherwise `floor` is the lowest log-prob the engine listed, so that any allowed token it
+    left out scores at most `floor` (a top-n list ranks the rest exactly above it)."""
+
+    logprobs: dict[int, float] = field(default_factory=dict)
+    complete: bool = False
+    floor: float = float("-inf")
+
+
+class EngineDialect:
+    """Base of the engine dialects; a subclass overrides what its engine can do.
+
+    Attributes:
+        name: "llamacpp", "vllm" or "sglang" (`model.engine`).
+        route: where raw log-probs come from on this engine (recorded in summary.json).
+        max_top_n: the largest top-n list the engine returns per position (None = no cap known).
+    """
+
+    name = "base"
+    route = "none"
+    max_top_n: int | None = None
+
+    def __init__(self, model_id: str) -> None:
+        self.model_id = model_id
+
+    def continue_body(self, prompt_ids: Sequence[int], grammar: str, *, max_tokens: int, temperature: float,
+                      seed: int) -> tuple[str, dict]:
+        raise Unsupported(f"{self.name}: grammar-constrained continuation is not available")
+
+    def read_continue(self, reply: dict) -> Continuation:
+        raise Unsupported(f"{self.name}: grammar-constrained continuation is not available")
+
+    def next_body(self, prompt_ids: Sequence[int], allowed: Sequence[int], top_n: int) -> tuple[str, dict]:
+        raise Unsupported(f"{self.name}: next-token log-probs are not available")
+
+    def read_next(self, reply: dict, allowed: Sequence[int]) -> NextTokens:
+        raise Unsupported(f"{self.name}: next-token log-probs are not available")
+
+    def score_body(self, prompt_ids: Sequence[int], continuation: Sequence[int]) -> tuple[str, dict]:
+        raise Unsupported(f"{self.name}: scoring a given continuation is not available")
+
+    def read_score(self, reply: dict, prompt_len: int, continuation: Sequence[int]) -> list[float]:
+        raise Unsupported(f"{self.name}: scoring a given continuation is not available")
+
+
+def number(value, where: str) -> float:
+    """A finite-or--inf log-prob read from a reply (a log-prob is <= 0; NaN, +inf, > 1e-4 or a
+    non-number is a bad reply)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadReply(f"{where}: expected a number, got {type(value).__name__}")
+    value = float(value)
+    if value != value or value > 1e-4:
+        raise BadReply(f"{where}: {value!r} is not a log-probability")
+    return value
+
+
+def token_id(value, where: str, vocab_size: int | None = None) -> int:
+    """A token id read from a reply: an int in [0, vocab_size)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (vocab_size and value >= vocab_size):
+        raise BadReply(f"{where}: {value!r} is not a token id")
+    return value

@@ -1,0 +1,164 @@
+"""Constrained key lists on an engine the client cannot reach inside: greedy lists key by key
+under a token-id grammar, and the constrained beam search run in the client.
+
+A `Transport` answers the three questions of `dialect` (a grammar-constrained continuation,
+raw next-token log-probs, raw scores of a given continuation) for one engine, over HTTP or
+in process. `KeyDecoder` turns a `KeyConstraint` into those questions and the answers into
+`Generation`s with the same ids, raw `token_logprobs` and `end_logprob` the local backend gives:
+
+* greedy (assimilation): one continuation per key, under the grammar of the keys still
+  allowed (`lark_trie.key_grammar`: a distinct list drops the keys it holds), until the end id;
+* beam search (recall, Eq. 11): transformers' beam search (5.x `_beam_search`: top
+  `max(2, 1 + n_eos) * b` candidates of b x vocab, early stopping when no running beam can beat
+  the worst finished one, length_penalty 0), with each beam's candidates the raw log-probs of
+  the trie node's allowed tokens. No engine offers constrained beam search over HTTP (vLLM's
+  `use_beam_search` does not combine with structured outputs; SGLang and llama.cpp have none).
+
+Every key a server returns is walked through the trie again: a token outside the grammar is a
+bad reply, never a key.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import torch
+
+from scgmem.llm.constraint_spec import KeyConstraint
+from scgmem.llm.protocol import Generation
+from scgmem.llm.served.dialect import BadReply, Continuation, NextTokens, Unsupported
+from scgmem.llm.served.lark_trie import key_grammar, spent
+
+NO_NODE = -1
+
+
+class Transport(Protocol):
+    max_top_n: int | None
+
+    def continue_(self, prompt_ids: Sequence[int], grammar: str, *, max_tokens: int, temperature: float,
+                  seed: int) -> Continuation: ...
+
+    def next_tokens(self, prompt_ids: Sequence[int], allowed: Sequence[int], top_n: int) -> NextTokens: ...
+
+    def score(self, prompt_ids: Sequence[int], continuation: Sequence[int]) -> list[float]: ...
+
+
+@dataclass
+class _Walk:
+    """Where a generated prefix stands: trie node, keys done, nodes of the keys done and of the open one."""
+
+    node: int
+    n_keys: int = 0
+    used: Counter = None
+    path: tuple = ()
+
+    def __post_init__(self) -> None:
+        self.used = self.used if self.used is not None else Counter()
+
+
+class KeyDecoder:
+    """Args:
+        transport: the engine.
+        constraint: what may be generated.
+        n_eos: the model's end-of-sequence ids (transformers keeps `max(2, 1 + n_eos) * b`
+            candidates per step, which changes which beams survive).
+        where: the server, for error messages.
+    """
+
+    def __init__(self, transport: Transport, constraint: KeyConstraint, *, n_eos: int, where: str) -> None:
+        self.t, self.c, self.n_eos, self.where = transport, constraint, n_eos, where
+        self.trie = constraint.trie
+        self.requests = 0
+
+    # ------------------------------------------------------------------ the trie walk
+    def _last(self, walk: _Walk) -> bool:
+        return self.c.max_keys is not None and walk.n_keys + 1 >= self.c.max_keys
+
+    def allowed(self, walk: _Walk) -> list[int]:
+        """The tokens the local processor would leave unmasked after this prefix (`MaskRows`)."""
+        if walk.node < 0:
+            return []
+        trie, term, out = self.trie, self.c.terminator, []
+        if walk.node == trie.ROOT and walk.used and trie.count(trie.ROOT) <= walk.n_keys:
+            return [self.c.end_id]  # every key used: the list can only end
+        for token, child in trie.edges(walk.node):
+            if self.c.distinct and spent(trie, child, walk.used):
+                continue
+            if token == term:
+                out.append(self.c.end_id)
+                if not self._last(walk):
+                    out.append(term)
+            else:
+                out.append(token)
+        return sorted(set(out))
+
+    def step(self, walk: _Walk, token: int) -> _Walk:
+        """The walk after `token`; node -2 = ended, -3 = left the trie."""
+        trie, term = self.trie, self.c.terminator
+        if walk.node < 0:
+            return walk
+        if token not in self.allowed(walk):
+            return _Walk(-3, walk.n_keys, walk.used)
+        if token == self.c.end_id:
+            return _Walk(-2, walk.n_keys + (walk.node != trie.ROOT), walk.used)
+        child = trie.child(walk.node, token)
+        if token == term:
+            used = walk.used + Counter(walk.path + (child,)) if self.c.distinct else Counter()
+            return _Walk(trie.ROOT, walk.n_keys + 1, used)
+        return _Walk(child, walk.n_keys, walk.used, walk.path + (child,))
+
+    # ------------------------------------------------------------------ greedy, key by key
+    def greedy(self, prompt_ids: Sequence[int], *, max_new_tokens: int, temperature: float = 0.0,
+               seed: int = 0) -> Generation:
+        ids: list[int] = []
+        lps: list[float] | None = []
+        walk, end_lp, cut = _Walk(self.trie.ROOT), None, False
+        while True:
+            if self.allowed(walk) == [self.c.end_id] and walk.node == self.trie.ROOT:
+                break  # every key is in the list: EOS, which the ids do not carry
+            room = max_new_tokens - len(ids)
+            if room <= 0:
+                cut = True
+                break
+            grammar = key_grammar(self.trie, terminator=self.c.terminator, end_id=self.c.end_id,
+                                  last=self._last(walk), used=walk.used if self.c.distinct else None)
+            reply = self.t.continue_(list(prompt_ids) + ids, grammar, max_tokens=min(room, self.trie.max_depth),
+                                     temperature=temperature, seed=seed)
+            self.requests += 1
+            ended, n = self._accept(walk, reply)
+            walk = ended
+            body = reply.token_ids[:n]
+            raw = reply.raw_logprobs[:n] if reply.raw_logprobs is not None else None
+            if body and body[-1] == self.c.end_id:
+                ids += body[:-1]
+                lps = None if lps is None or raw is None else lps + raw[:-1]
+                end_lp = None if raw is None else raw[-1]
+                if raw is None:
+                    lps = None
+                break
+            ids += body
+            lps = None if lps is None or raw is None else lps + raw
+            if walk.node != self.trie.ROOT:  # stopped inside a key: the engine hit max_tokens
+                cut = True
+                break
+        if lps is None and not cut:  # the engine's generation log-probs are not raw: score the sequence
+            scored = self.t.score(prompt_ids, ids + [self.c.end_id])
+            self.requests += 1
+            lps, end_lp = scored[:-1], scored[-1]
+        if cut:
+            lps, end_lp = None, None  # as the local backend: a list cut by max_new_tokens is not tracked
+        total = sum(lps) + (end_lp or 0.0) if lps is not None else 0.0
+        return Generation(text="", token_ids=ids, logprob=total, n_prompt_tokens=len(prompt_ids), cut=cut,
+                          token_logprobs=lps, end_logprob=end_lp)
+
+    def _accept(self, walk: _Walk, reply: Continuation) -> tuple[_Walk, int]:
+        """Walk the reply's tokens; stop after the key's separator or the end id. A token the
+        grammar did not allow is a bad reply."""
+        for n, token in enumerate(reply.token_ids):
+            walk = self.step(walk, token)
+            if walk.node == -3:
+                raise BadReply(f"{self.where}: the engine generated token {token} outside the schema grammar")
+            if walk.node == -2 or (walk.node == self.trie.ROOT and token == self.c.terminator):
+                return walk, n + 1
+        return walk, len(reply.token_ids)

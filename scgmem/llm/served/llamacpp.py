@@ -1,0 +1,96 @@
+"""llama.cpp's dialect: its native /completion with token-id prompts and llguidance grammars.
+
+Measured on this machine with the embedded SmolLM2 GGUF served by xllamacpp (llama.cpp's own
+server, llguidance compiled in; tests/llm/test_served_llamacpp.py):
+
+* `prompt` may be a list of token ids; `return_tokens: true` returns the generated ids;
+* a `grammar` that starts with `%llguidance {}` is read as llguidance Lark, token-id terminals
+  `<[id]>` included;
+* `n_probs: n` fills `completion_probabilities`: per generated token its id, `logprob` and the
+  top-n `top_logprobs`, all *raw* (computed before the grammar and the samplers; a token the
+  grammar forced can show -24), so generation log-probs need no scoring pass;
+* `cache_prompt: true` keeps the slot's KV cache, so the next request that extends the same
+  prompt by a key (greedy lists) or a token (beam expansions) evaluates only the new tokens.
+
+The samplers are neutralised on every request (top_k 0 = off, top_p 1, min_p 0, no penalties),
+so greedy decoding under the grammar is the argmax over the allowed tokens, as locally.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from scgmem.llm.served.dialect import BadReply, Continuation, EngineDialect, NextTokens, number, token_id
+
+PATH = "/completion"  # the server root's native endpoint, beside /v1
+NEUTRAL = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0,
+           "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
+           "mirostat": 0, "cache_prompt": True, "return_tokens": True, "stream": False}
+MAX_TOP_N = 1 << 16  # past the vocabulary, the whole distribution
+
+
+class LlamaCppDialect(EngineDialect):
+    name = "llamacpp"
+    route = "generation log-probs (llama.cpp's n_probs are raw); next token: n_probs top list"
+    max_top_n = MAX_TOP_N
+
+    def continue_body(self, prompt_ids: Sequence[int], grammar: str, *, max_tokens: int, temperature: float,
+                      seed: int) -> tuple[str, dict]:
+        header = "" if grammar.startswith("%llguidance") else "%llguidance {}\n"
+        return PATH, {**NEUTRAL, "prompt": [int(t) for t in prompt_ids], "n_predict": int(max_tokens),
+                      "temperature": float(temperature), "seed": int(seed), "n_probs": 1,
+                      "grammar": header + grammar}
+
+    def read_continue(self, reply: dict) -> Continuation:
+        probs = _list(reply, "completion_probabilities")
+        ids, lps = [], []
+        for i, entry in enumerate(probs):
+            where = f"completion_probabilities[{i}]"
+            if not isinstance(entry, dict):
+                raise BadReply(f"{where}: expected an object")
+            ids.append(token_id(entry.get("id"), f"{where}.id"))
+            lps.append(number(entry.get("logprob"), f"{where}.logprob"))
+        tokens = reply.get("tokens")
+        if isinstance(tokens, list) and tokens and [int(t) for t in tokens if isinstance(t, int)] != ids:
+            raise BadReply(f"tokens: {tokens[:8]} disagree with completion_probabilities ids {ids[:8]}")
+        finish = "length" if reply.get("stop_type") == "limit" else "stop"
+        return Continuation(ids, lps, finish)
+
+    def next_body(self, prompt_ids: Sequence[int], allowed: Sequence[int], top_n: int) -> tuple[str, dict]:
+        return PATH, {**NEUTRAL, "prompt": [int(t) for t in prompt_ids], "n_predict": 1, "temperature": 0.0,
+                      "n_probs": int(top_n)}
+
+    def read_next(self, reply: dict, allowed: Sequence[int]) -> NextTokens:
+        probs = _list(reply, "completion_probabilities")
+        if not probs or not isinstance(probs[0], dict):
+            raise BadReply("completion_probabilities[0]: missing")
+        top = probs[0].get("top_logprobs")
+        if not isinstance(top, list):
+            raise BadReply("completion_probabilities[0].top_logprobs: expected a list")
+        listed: dict[int, float] = {}
+        for i, entry in enumerate(top):
+            where = f"completion_probabilities[0].top_logprobs[{i}]"
+            if not isinstance(entry, dict):
+                raise BadReply(f"{where}: expected an object")
+            listed[token_id(entry.get("id"), f"{where}.id")] = number(entry.get("logprob"), f"{where}.logprob")
+        wanted = set(allowed)
+        floor = min(listed.values()) if listed else float("-inf")
+        return NextTokens({t: lp for t, lp in listed.items() if t in wanted}, complete=wanted <= listed.keys(),
+                          floor=floor)
+
+    def score_body(self, prompt_ids: Sequence[int], continuation: Sequence[int]) -> tuple[str, dict]:
+        # the continuation forced by a grammar of exactly its ids: llama.cpp reports raw log-probs
+        grammar = "start: " + " ".join(f"<[{int(t)}]>" for t in continuation)
+        return self.continue_body(prompt_ids, grammar, max_tokens=len(continuation), temperature=0.0, seed=0)
+
+    def read_score(self, reply: dict, prompt_len: int, continuation: Sequence[int]) -> list[float]:
+        got = self.read_continue(reply)
+        if got.token_ids[:len(continuation)] != list(continuation):
+            raise BadReply(f"completion_probabilities: ids {got.token_ids[:8]} are not the forced {list(continuation)[:8]}")
+        return got.raw_logprobs[:len(continuation)]
+
+
+def _list(reply: dict, key: str) -> list:
+    value = reply.get(key)
+    if not isinstance(value, list):
+        raise BadReply(f"{key}: expected a list, got {type(value).__name__}")
+    return value

@@ -1,0 +1,90 @@
+"""The engine questions of `dialect`, asked over HTTP of one or several servers of one model.
+
+`ServerPool` spreads requests over the servers listed in `model.base_url` (one vLLM per GPU, say):
+each request goes to the server its affinity key picks, so the requests of one prompt (a greedy
+list's keys, a beam's expansions) stay on one server and reuse its prefix cache; a server that
+stays unreachable is marked dead and its requests go to the others. `HttpTransport` is a
+`keys.Transport` over a pool and an `EngineDialect`.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from typing import Sequence
+
+from scgmem.llm.http_client import JsonClient, ServerError
+from scgmem.llm.served.dialect import BadReply, Continuation, EngineDialect, NextTokens
+
+log = logging.getLogger(__name__)
+
+
+def server_root(base_url: str) -> str:
+    """The server's root (native endpoints such as llama.cpp's /completion and SGLang's /generate
+    sit beside the OpenAI root /v1)."""
+    return re.sub(r"/v1/?$", "", base_url.rstrip("/"))
+
+
+class ServerPool:
+    """Args:
+        base_urls: the OpenAI roots of servers of the same model.
+        client_args: JsonClient keywords (api_key, timeout_s, retries, backoff_s).
+    """
+
+    def __init__(self, base_urls: Sequence[str], **client_args) -> None:
+        if not base_urls:
+            raise ValueError("model.base_url: no server given")
+        self.urls = [u.rstrip("/") for u in base_urls]
+        self.clients = [JsonClient(server_root(u), **client_args) for u in self.urls]
+        self.dead: set[int] = set()
+        self.sent = [0] * len(self.urls)
+        self._lock = threading.Lock()
+
+    def post(self, path: str, body: dict, affinity: int = 0) -> dict:
+        """POST to the server `affinity` picks among the live ones; fail over when it is unreachable."""
+        while True:
+            with self._lock:
+                live = [i for i in range(len(self.clients)) if i not in self.dead]
+                if not live:
+                    raise ServerError(f"{', '.join(self.urls)}: every server is unreachable")
+                i = live[affinity % len(live)]
+                self.sent[i] += 1
+            try:
+                return self.clients[i].post(path, body)
+            except ServerError as e:
+                if "unreachable" not in str(e) or len(live) == 1:
+                    raise
+                with self._lock:
+                    self.dead.add(i)
+                log.warning("%s: unreachable, its requests go to the other %d server(s)", self.urls[i], len(live) - 1)
+
+    def report(self) -> dict:
+        return {"servers": self.urls, "requests": list(self.sent), "dead": [self.urls[i] for i in sorted(self.dead)]}
+
+
+class HttpTransport:
+    """`keys.Transport` for one prompt's requests (`affinity`: which server serves them)."""
+
+    def __init__(self, pool: ServerPool, dialect: EngineDialect, affinity: int = 0) -> None:
+        self.pool, self.dialect, self.affinity = pool, dialect, affinity
+        self.max_top_n = dialect.max_top_n
+
+    def _ask(self, path_body: tuple[str, dict], read):
+        path, body = path_body
+        reply = self.pool.post(path, body, self.affinity)
+        try:
+            return read(reply)
+        except BadReply as e:
+            raise ServerError(f"{self.pool.urls[0]} ({self.dialect.name}) {path}: {e}") from None
+
+    def continue_(self, prompt_ids, grammar, *, max_tokens, temperature, seed) -> Continuation:
+        return self._ask(self.dialect.continue_body(prompt_ids, grammar, max_tokens=max_tokens,
+                                                    temperature=temperature, seed=seed), self.dialect.read_continue)
+
+    def next_tokens(self, prompt_ids, allowed, top_n) -> NextTokens:
+        return self._ask(self.dialect.next_body(prompt_ids, allowed, top_n),
+                         lambda r: self.dialect.read_next(r, allowed))
+
+    def score(self, prompt_ids, continuation) -> list[float]:
+        return self._ask(self.dialect.score_body(prompt_ids, continuation),
+                         lambda r: self.dialect.read_score(r, len(prompt_ids), continuation))
