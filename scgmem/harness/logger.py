@@ -26,13 +26,14 @@ the WANDB_MODE environment variable, else "offline". Offline runs land in `<dir>
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
 from pathlib import Path
 
-from scgmem.harness.records import write_json_atomic
+from scgmem.harness.records import read_predictions, write_json_atomic
+from scgmem.harness.safe_files import read_json_file
+from scgmem.harness.untrusted import StoredFileError
 from scgmem.scoring.metric_table import answer_metrics, record_metrics
 
 log = logging.getLogger(__name__)
@@ -104,8 +105,7 @@ def _cell(value):
 def prediction_rows(run_dir: Path) -> tuple[list[str], list[list]]:
     """(columns, rows) of predictions.jsonl for a wandb.Table; columns present in any record."""
     path = run_dir / "predictions.jsonl"
-    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()] \
-        if path.is_file() else []
+    records = read_predictions(path)  # checked against the data by the run that wrote them
     columns = [c for c in TABLE_COLUMNS if any(c in r for r in records)]
     return columns, [[_cell(r.get(c)) for c in columns] for r in records]
 
@@ -119,14 +119,14 @@ def run_id_for(run_dir: Path) -> str:
     path = Path(run_dir) / RUN_ID_FILE
     if path.is_file():
         try:
-            run_id = json.loads(path.read_text(encoding="utf-8"))["id"]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            run_id = read_json_file(path, 1 << 16)["id"]
+        except (StoredFileError, KeyError, TypeError) as e:
             raise ValueError(f"{path}: field 'id' unreadable ({e}); delete the file to start a new wandb run") from None
         if not isinstance(run_id, str) or not run_id:
             raise ValueError(f"{path}: field 'id' must be a non-empty string, got {run_id!r}")
         return run_id
     run_id = secrets.token_hex(8)  # wandb ids: letters and digits, unique per project
-    write_json_atomic(path, {"id": run_id})
+    write_json_atomic(path, {"id": run_id}, root=Path(run_dir))
     return run_id
 
 
