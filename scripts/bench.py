@@ -8,6 +8,8 @@
 Measures, side by side in one run:
   constrained_step_ratio   time per decode step with the schema constraint / without it (same model,
                            prompts, batch; median over >= 50 steps) for schemas of 100 .. 20k concepts
+  constraint_host          host ms per step of the constraint before / after issue 40 (one replayed
+                           trace, 16 greedy rows and 4 x 5 beam rows; scripts/bench_constraint_step.py)
   ingest_tokens_per_turn   LLM tokens per ingested turn, SCG-Mem and A-MEM on the same turns, and their ratio
   prefix_cache             answers sharing one long context, prefix cache off / on (speedup, identical outputs)
   sweep_ratio              an 8-point k-sweep / a single run on the same slice (memory built once)
@@ -39,7 +41,7 @@ from transformers import LogitsProcessor
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 FULL = os.environ.get("BENCH_FULL") == "1"
-PARTS = ("constrained_step", "prefix_cache", "ingest_tokens", "sweep", "compute_bound", "batching")
+PARTS = ("constrained_step", "constraint_host", "prefix_cache", "ingest_tokens", "sweep", "compute_bound", "batching")
 WANTED = [p for p in os.environ.get("BENCH_PARTS", ",".join(PARTS)).split(",") if p]
 if unknown := sorted(set(WANTED) - set(PARTS)):
     sys.exit(f"error: BENCH_PARTS: unknown part(s) {unknown}; choose from {', '.join(PARTS)}")
@@ -280,6 +282,10 @@ def main() -> None:
     llm = load_llm()
     if "constrained_step" in WANTED:
         result["constrained_step"] = bench_constrained_step(llm)
+    if "constraint_host" in WANTED:
+        from scripts.bench_constraint_step import bench_constraint_host
+
+        result["constraint_host"] = bench_constraint_host(reps=3 if QUICK else 9)
     if "prefix_cache" in WANTED:
         result["prefix_cache"] = bench_prefix_cache(llm)
     if "ingest_tokens" in WANTED:
@@ -310,6 +316,10 @@ def main() -> None:
             ("mask_overhead_ratio (free step + mask) / free", step["mask_overhead_ratio"], "<= 1.10"),
             *[(f"  schema {k} concepts, mask ms", 1000 * v["mask_median_s"], "") for k, v in step["sizes"].items()],
         ]
+    if "constraint_host" in result:
+        from scripts.bench_constraint_step import report_rows as host_rows
+
+        rows += host_rows(result["constraint_host"])
     if "prefix_cache" in result:
         cache = result["prefix_cache"]
         rows += [("prefix cache speedup, shared-context answers", cache["speedup"], ""),

@@ -49,28 +49,41 @@ class RawLogprobs:
 
     def __init__(self, eos_ids: Sequence[int], scores_are_logprobs: bool = False) -> None:
         self.eos = torch.tensor(sorted({int(i) for i in eos_ids}), dtype=torch.long)  # (n_eos,)
+        # the one EOS id SCG-Mem's calls allow (decoding.key_end_id): its logsumexp is its score, exactly
+        self._single_eos = int(self.eos[0]) if len(self.eos) == 1 else None
         self.scores_are_logprobs = scores_are_logprobs
         self._scores: torch.Tensor | None = None  # previous step's raw scores, (rows, vocab)
-        self._lse: torch.Tensor | None = None  # their logsumexp, (rows,)
+        self._lse: torch.Tensor | None = None  # their logsumexp, (rows,); None: they are log-probs (lse 0)
+        self._before: tuple = (None, None)  # the step's before the last `observe`, for `chosen(..., before=True)`
 
-    def chosen(self, last: torch.Tensor, parent_rows: torch.Tensor | list[int]) -> torch.Tensor:
+    def chosen(self, last: torch.Tensor, parent_rows: torch.Tensor | list[int] | None = None,
+               before: bool = False) -> torch.Tensor:
         """(rows,) raw log-prob of each row's last token (`last`, (rows,)) on the scores' device,
         read from the row of the previous step's scores that held its parent prefix (`parent_rows`,
-        (rows,); a device tensor costs no host copy)."""
-        last = last.to(self._scores.device)  # (rows,)
-        prev_rows = torch.as_tensor(parent_rows, dtype=torch.long).to(self._scores.device)  # (rows,)
-        return self._scores[prev_rows, last].float() - self._lse[prev_rows]
+        (rows,), a device tensor costs no host copy; None: every row its own). `before`: the scores
+        seen before the last `observe` (a step whose parents were known only after it)."""
+        scores, lse = self._before if before else (self._scores, self._lse)
+        last = last.to(scores.device)  # (rows,)
+        if parent_rows is None:
+            picked = scores.gather(1, last[:, None]).squeeze(1).float()  # (rows,)
+            return picked if lse is None else picked - lse
+        prev_rows = torch.as_tensor(parent_rows, dtype=torch.long).to(scores.device)  # (rows,)
+        picked = scores[prev_rows, last].float()
+        return picked if lse is None else picked - lse[prev_rows]
 
     def observe(self, scores: torch.Tensor) -> torch.Tensor:
         """(rows,) raw log-prob of ending here with EOS; keeps `scores` for the next step."""
+        self._before = (self._scores, self._lse)
         self._scores = scores
-        if self.scores_are_logprobs:
-            self._lse = torch.zeros(scores.shape[0], device=scores.device)  # (rows,)
+        # log-probs already: their logsumexp is 0, and x - 0 is x, so nothing is computed
+        self._lse = None if self.scores_are_logprobs else torch.logsumexp(scores.float(), dim=-1)  # (rows,)
+        if self._single_eos is not None:
+            end = scores[:, self._single_eos].float()  # (rows,): logsumexp of one value is that value
         else:
-            self._lse = torch.logsumexp(scores.float(), dim=-1)  # (rows,)
-        if self.eos.device != scores.device:
-            self.eos = self.eos.to(scores.device)  # once per call, not once per step
-        return torch.logsumexp(scores[:, self.eos].float(), dim=-1) - self._lse
+            if self.eos.device != scores.device:
+                self.eos = self.eos.to(scores.device)  # once per call, not once per step
+            end = torch.logsumexp(scores[:, self.eos].float(), dim=-1)
+        return end if self._lse is None else end - self._lse
 
 
 class MaskRows:
@@ -96,8 +109,12 @@ class MaskRows:
         """(rows, vocab) bool, True where a token is disallowed."""
         if self._device != device:
             self._device, self._rows = device, OrderedDict()
-        rows = []
+        rows, by_state = [], {}  # many rows hold the same state object (the first step, finished rows)
         for r, state in enumerate(states):
+            row = by_state.get(id(state))
+            if row is not None:
+                rows.append(row)
+                continue
             situation = self.situation(state)
             row = self._rows.get(situation)
             if row is None:
@@ -106,6 +123,7 @@ class MaskRows:
                     self._rows.popitem(last=False)
             else:
                 self._rows.move_to_end(situation)
+            by_state[id(state)] = row
             rows.append(row)
         return torch.stack(rows)
 
@@ -176,7 +194,9 @@ class SchemaConstraint(LogitsProcessor):
         self.mask_rows = mask_rows if mask_rows is not None else MaskRows(tracker, pad_id)
         self.logprobs = RawLogprobs(tracker.eos_ids, scores_are_logprobs) if record_logprobs else None
         self._pids: list[int] = []  # row -> prompt id in the tracker
-        self._pid_tensor: torch.Tensor | None = None  # the same, (rows,) on the ids' device
+        self._other_prompt: torch.Tensor | None = None  # (rows, rows) on the ids' device: rows of other prompts
+        self._order1: torch.Tensor | None = None  # (rows,) row index + 1 on the ids' device
+        self._shared: set[int] = set()  # rows whose prompt another row of the batch also has
         self._previous: torch.Tensor | None = None  # the previous step's generated ids, (rows, g - 1)
         self._states: list[RowState] = []  # the previous step's state per row
         self._prefixes: list[tuple[int, ...]] = []  # the previous step's generated prefix per row
@@ -187,15 +207,52 @@ class SchemaConstraint(LogitsProcessor):
         the previous step (beam search reorders rows), as the last such row of the same prompt,
         which is the row whose entry the tracker kept for that prefix; -1 where none did."""
         prev = self._previous  # (rows, g - 1) of the previous step
-        same = (generated[:, None, :-1] == prev[None, :, :]).all(-1) & (self._pid_tensor[:, None] == self._pid_tensor[None, :])
-        order = torch.arange(prev.shape[0], device=generated.device)  # (rows,)
-        return torch.where(same, order[None, :], -1).amax(1)  # (rows,)
+        differ = (generated[:, None, :-1] != prev[None, :, :]).any(-1) | self._other_prompt  # (rows, rows)
+        return self._order1.masked_fill(differ, 0).amax(1) - 1  # (rows,): 1-based last match, less one
+
+    def _fetch(self, fields: list[torch.Tensor], vocab: int) -> list[list[float]]:
+        """The (rows,) tensors `fields` as host lists, in one device-to-host copy: stacked on the
+        last one's device in float32 (token ids < 2^24 and row indices are exact in it)."""
+        exact = torch.float32 if vocab < (1 << 24) else torch.float64
+        device = fields[-1].device
+        return torch.stack([f.to(device, exact) for f in fields]).tolist()  # (fields, rows)
+
+    def _step_values(self, generated: torch.Tensor, scores: torch.Tensor):
+        """Per row: the row holding its parent prefix at the previous step, its last token, the raw
+        log-prob of that token and of EOS next. Beam search (log-prob scores) reorders rows: parents
+        are matched on the device. Otherwise each row is assumed to extend its own prefix, which is
+        checked on the device in the same copy; where it does not hold, or where rows of one prompt
+        share a prefix (the tracker keeps the last such row's entry), parents are matched again and
+        the token log-probs read again (a second copy, never in the harness's greedy or sampled calls)."""
+        rows, vocab = scores.shape
+        lp, last = self.logprobs, generated[:, -1]  # (rows,)
+        beams = lp is not None and lp.scores_are_logprobs
+        if beams:
+            first = self._parent_rows(generated)  # (rows,)
+        else:
+            first = (generated[:, :-1] == self._previous).all(1)  # (rows,) each row holds its own prefix
+        fields = [first, last] + ([lp.chosen(last, first if beams else None), lp.observe(scores)] if lp else [])
+        fetched = self._fetch(fields, vocab)
+        tokens = [int(t) for t in fetched[1]]
+        raw, eos_lp = (fetched[2], fetched[3]) if lp else ([0.0] * rows, [0.0] * rows)
+        if beams:
+            parents = [int(p) for p in fetched[0]]
+        elif all(fetched[0]):
+            parents = [self.tracker.entries[(self._pids[r], self._prefixes[r])][1] if r in self._shared else r
+                       for r in range(rows)]
+        else:
+            parents = [int(p) for p in self._fetch([self._parent_rows(generated)], vocab)[0]]
+        if min(parents) < 0:
+            row = parents.index(-1)
+            raise KeyError(f"row {row}'s prefix {generated[row, :-1].tolist()} was not tracked at the previous step")
+        if not beams and lp and parents != list(range(rows)):
+            raw = self._fetch([lp.chosen(last, torch.tensor(parents), before=True)], vocab)[0]
+        return parents, tokens, raw, eos_lp
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        """One decoding step. Host work (issue 40, item 7): one device-to-host copy per step, of what
-        the tracker needs alone (each row's parent row, last token, raw log-probs of that token and
-        of EOS next; token ids < 2^24 and row indices are exact in float32), not the whole
-        generated prefix; the prefixes are kept on the host and grow by one token per step."""
+        """One decoding step. Host work (issue 40, item 7): one device-to-host copy per step of what
+        the tracker needs alone (`_step_values`), not the generated prefixes, which are kept on the
+        host and grow by one token per step."""
         rows, vocab = scores.shape  # rows = batch * num_beams
         if vocab != self.tracker.trie.vocab_size:
             raise ValueError(f"scores have {vocab} columns but the schema trie was built for vocab_size="
@@ -205,25 +262,15 @@ class SchemaConstraint(LogitsProcessor):
         if g == 0:
             self._pids = [self.tracker.prompt_id(prompt_key(row, self.pad_id))
                           for row in input_ids[:, :self.prompt_length].tolist()]  # (rows, prompt_length), once
-            self._pid_tensor = torch.tensor(self._pids, dtype=torch.long).to(input_ids.device)  # (rows,)
+            pids = torch.tensor(self._pids, dtype=torch.long).to(input_ids.device)  # (rows,)
+            self._other_prompt = pids[:, None] != pids[None, :]  # (rows, rows)
+            self._order1 = torch.arange(1, rows + 1, device=input_ids.device)  # (rows,) row index + 1
+            self._shared = {r for r, pid in enumerate(self._pids) if self._pids.count(pid) > 1}
             eos_lp = self.logprobs.observe(scores).tolist() if self.logprobs is not None else [0.0] * rows
             states, prefixes, raw = [RowState(TokenTrie.ROOT)] * rows, [()] * rows, []
         else:
-            parent_rows = self._parent_rows(generated)  # (rows,) on the ids' device
-            last = generated[:, -1]  # (rows,)
-            fields = [parent_rows, last]
-            if self.logprobs is not None:
-                chosen = self.logprobs.chosen(last, parent_rows)  # (rows,) on the scores' device
-                fields += [chosen, self.logprobs.observe(scores)]
-            device = fields[-1].device
-            fetched = torch.stack([f.to(device, torch.float32) for f in fields]).tolist()  # (2 or 4, rows): one copy
-            parents, tokens = [int(p) for p in fetched[0]], [int(t) for t in fetched[1]]
-            raw, eos_lp = (fetched[2], fetched[3]) if self.logprobs is not None else ([0.0] * rows, [0.0] * rows)
-            if min(parents) < 0:
-                row = parents.index(-1)
-                raise KeyError(f"row {row}'s prefix {generated[row, :-1].tolist()} was not tracked at the previous step")
-            position = g - 1
-            states = [self.tracker.step(self._states[p], t, lp, position) for p, t, lp in zip(parents, tokens, raw)]
+            parents, tokens, raw, eos_lp = self._step_values(generated, scores)
+            states = [self.tracker.step(self._states[p], t, lp, g - 1) for p, t, lp in zip(parents, tokens, raw)]
             prefixes = [self._prefixes[p] + (t,) for p, t in zip(parents, tokens)]
         self._previous, self._states, self._prefixes = generated, states, prefixes
         self.tracker.remember(self._pids, prefixes, states, eos_lp, raw)

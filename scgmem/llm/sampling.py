@@ -7,9 +7,16 @@ global RNG stream: runs that resume after a crash, or use another batch size, dr
 same answers.
 
 Both processors keep every tensor on the device of the scores they are handed (the model's
-device): nothing is copied to the host during generation. The noise is drawn by generators
-on that device, so a CUDA run draws other (equally seeded) noise than a CPU run; each device
-reproduces itself.
+device): nothing is copied to the host during generation. A CUDA run draws other (equally
+seeded) noise than a CPU run; each device reproduces itself.
+
+Where the noise comes from (`SeededGumbelSampler(noise=...)`):
+- "generator" (the CPU's): one torch.Generator per row, one `torch.rand` per row per step. On a CPU a
+  launch costs nothing, and these are the draws every committed CPU run made.
+- "counter" (CUDA's, issue 40 item 7): a counter-based hash (splitmix64's finaliser) of (row seed,
+  step, token id), computed for all rows by one chain of elementwise kernels whatever the number of
+  rows: per-row generators cost one launch per row per step, 32 launches at 32 rows on a host that
+  has ~0.6 ms per step in all. The noise is still a function of the row's own seed and the step only.
 """
 from __future__ import annotations
 
@@ -65,22 +72,53 @@ class TokenLogprobRecorder(LogitsProcessor):
         return self.totals(sequences, eos_ids).tolist()
 
 
+NOISE = ("auto", "generator", "counter")
+_GOLDEN, _MIX1, _MIX2 = -7046029254386353131, -4658895280553007687, -7723592293110705685  # splitmix64, as int64
+
+
+def _logical_shift(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """x >> bits as unsigned 64-bit (torch's >> on int64 keeps the sign)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def counter_uniform(seeds: torch.Tensor, step: int, vocab: int) -> torch.Tensor:
+    """(rows, vocab) uniforms in (0, 1), each a hash of (seeds[row], step, token): splitmix64's
+    finaliser over a 64-bit counter, its top 24 bits. int64 products wrap modulo 2^64 on CPU and CUDA.
+
+    Args:
+        seeds: (rows,) int64 on the device.
+    """
+    counter = torch.arange(vocab, device=seeds.device, dtype=torch.int64) + step * vocab  # (vocab,)
+    z = seeds[:, None] * _GOLDEN + counter[None, :] * _MIX2 + _GOLDEN  # (rows, vocab)
+    z = (z ^ _logical_shift(z, 30)) * _MIX1
+    z = (z ^ _logical_shift(z, 27)) * _MIX2
+    z = z ^ _logical_shift(z, 31)
+    return (_logical_shift(z, 40).float() + 0.5) * (1.0 / (1 << 24))
+
+
 class SeededGumbelSampler(LogitsProcessor):
-    """Turns greedy decoding into sampling at `temperature`, with one generator per row.
+    """Turns greedy decoding into sampling at `temperature`, with one noise stream per row.
 
     Args:
         seeds: one integer per row (prompt).
         temperature: > 0.
         prompt_length: the padded prompt length (to know the step).
+        noise: "generator" (a torch.Generator per row), "counter" (`counter_uniform`, one batched
+            computation), or "auto": counter on CUDA, generator elsewhere (module docstring).
     """
 
-    def __init__(self, seeds, temperature: float, prompt_length: int) -> None:
+    def __init__(self, seeds, temperature: float, prompt_length: int, noise: str = "auto") -> None:
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
+        if noise not in NOISE:
+            raise ValueError(f"noise={noise!r} is not one of {list(NOISE)}")
         self.temperature = temperature
+        self.prompt_length = prompt_length
+        self.noise = noise
         self.seeds = [int(s) % (2**63) for s in seeds]
         self.generators: list[torch.Generator] = []
         self._device: torch.device | None = None
+        self._seed_tensor: torch.Tensor | None = None
 
     def _generators_for(self, device: torch.device) -> list[torch.Generator]:
         """One seeded generator per row on `device`, made at the first step. Meta tensors (shape
@@ -95,8 +133,14 @@ class SeededGumbelSampler(LogitsProcessor):
         rows, vocab = scores.shape
         if rows != len(self.seeds):
             raise ValueError(f"got {rows} rows but {len(self.seeds)} seeds")
-        generators = self._generators_for(scores.device)
-        u = torch.stack([torch.rand(vocab, generator=g, device=scores.device) for g in generators])  # (rows, vocab)
+        counter = self.noise == "counter" or (self.noise == "auto" and scores.device.type == "cuda")
+        if counter:
+            if self._seed_tensor is None or self._seed_tensor.device != scores.device:
+                self._seed_tensor = torch.tensor(self.seeds, dtype=torch.int64).to(scores.device)  # once per call
+            u = counter_uniform(self._seed_tensor, input_ids.shape[1] - self.prompt_length, vocab)  # (rows, vocab)
+        else:
+            generators = self._generators_for(scores.device)
+            u = torch.stack([torch.rand(vocab, generator=g, device=scores.device) for g in generators])  # (rows, vocab)
         exponential = (-torch.log(u.clamp_min(1e-20))).clamp_min(1e-20)  # -log(u) ~ Exp(1), > 0
         gumbel = -torch.log(exponential)
         return scores.float() / self.temperature + gumbel

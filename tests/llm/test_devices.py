@@ -58,8 +58,11 @@ def test_sampler_on_cpu_draws_the_seeded_cpu_stream():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_sampler_generators_live_on_cuda():
-    sampler = SeededGumbelSampler([1], temperature=1.0, prompt_length=0)
+def test_sampler_noise_lives_on_cuda():
+    sampler = SeededGumbelSampler([1], temperature=1.0, prompt_length=0)  # auto: counter noise on CUDA
+    out = sampler(torch.zeros((1, 0), dtype=torch.long, device="cuda"), torch.zeros((1, 9), device="cuda"))
+    assert out.device.type == "cuda" and sampler._seed_tensor.device.type == "cuda" and not sampler.generators
+    sampler = SeededGumbelSampler([1], temperature=1.0, prompt_length=0, noise="generator")
     out = sampler(torch.zeros((1, 0), dtype=torch.long, device="cuda"), torch.zeros((1, 9), device="cuda"))
     assert out.device.type == "cuda" and all(g.device.type == "cuda" for g in sampler.generators)
 
