@@ -160,8 +160,9 @@ def _sweep_rows(data: dict, setting: str) -> list[dict]:
 def _finish_sweep(fig: Figure, axes: list, title: str, data: dict, setting: str, stem_path: Path) -> list[Path]:
     """Label and title a sweep figure; write it (png, pdf) and its points (csv) as `stem_path`.*."""
     axes[0].set_ylabel("score (%)")
-    axes[0].legend(fontsize=7, loc="upper left")
-    fig.suptitle(title, fontsize=9)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=9, wrap=True)
     return (_save(fig, stem_path.parent, stem_path.name)
             + [_write_csv(stem_path.with_suffix(".csv"), _sweep_rows(data, setting))])
 
@@ -192,8 +193,9 @@ def figure3(runs: list[Run], out_dir: str | Path, *, n_resamples: int = N_RESAMP
         ax.set_title(_panel_title(cat), fontsize=9)
         ax.set_xlabel("k (concepts recalled)")
         ax.grid(alpha=0.3)
-    title = (f"Figure 3 on {', '.join(data)}: SCG-Mem's F1 and BLEU-1 against k; shaded: {CI_NOTE}; "
-             f"dotted: the optimum the paper reports for its models, not a finding of these runs")
+    title = (f"Figure 3 on {', '.join(data)}: SCG-Mem's F1 and BLEU-1 against k; shaded: each run's {CI_NOTE} "
+             "(differences between settings are tested paired: scgmem-report claims); dotted: the optimum the paper "
+             "reports for its models, not a finding of these runs")
     return _finish_sweep(fig, axes, title, data, "k", Path(out_dir) / "fig3")
 
 
@@ -223,8 +225,9 @@ def figure4(runs: list[Run], out_dir: str | Path, *, n_resamples: int = N_RESAMP
         ax.set_title(_panel_title(cat), fontsize=9)
         ax.set_xlabel("association hops")
         ax.grid(axis="y", alpha=0.3)
-    title = (f"Figure 4 on {', '.join(data)}: SCG-Mem by association hops; whiskers: {CI_NOTE}; "
-             f"the paper reports its optimum at {PAPER_OPTIMUM['hops']} hop for its models")
+    title = (f"Figure 4 on {', '.join(data)}: SCG-Mem by association hops; whiskers: each run's {CI_NOTE} "
+             "(differences between settings are tested paired: scgmem-report claims); the paper reports its "
+             f"optimum at {PAPER_OPTIMUM['hops']} hop for its models, not a finding of these runs")
     return _finish_sweep(fig, axes, title, data, "hops", Path(out_dir) / "fig4")
 
 
@@ -284,9 +287,11 @@ def cost_vs_f1(runs: list[Run], out_dir: str | Path, stem: str = "cost_vs_f1", *
             color = COLORS[i % len(COLORS)]
             low = r["f1"] is not None and r["tokens_basis"] == RECORDS and key == "tokens_per_question"
             yerr = None if r["f1_ci_low"] is None else [[r["f1"] - r["f1_ci_low"]], [r["f1_ci_high"] - r["f1"]]]
-            ax.errorbar([r[key]], [r["f1"] or 0.0], yerr=yerr, fmt=markers[i % len(markers)], color=color,
-                        markerfacecolor="white" if low else color, ecolor=color, elinewidth=0.8, capsize=2,
-                        markersize=5, label=r["model"])
+            bars = ax.errorbar([r[key]], [r["f1"] or 0.0], yerr=yerr, fmt=markers[i % len(markers)], color=color,
+                               markerfacecolor="white" if low else color, ecolor=color, elinewidth=0.8, capsize=2,
+                               markersize=5, label=r["model"])
+            for line in bars.lines[2]:  # the whiskers: lighter than the labels that may cross them
+                line.set_alpha(0.45)
         if shown and all(r[key] > 0 for r in shown):
             ax.set_xscale("log")
             _log_axis(ax.xaxis)
@@ -297,11 +302,12 @@ def cost_vs_f1(runs: list[Run], out_dir: str | Path, stem: str = "cost_vs_f1", *
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(f"average F1 (%), whiskers: {CI_NOTE}", fontsize=8)
-    handles, labels = axes[0].get_legend_handles_labels()
-    unique = dict(zip(labels, handles))
-    axes[0].legend(unique.values(), unique.keys(), fontsize=7, loc="lower right")
-    fig.suptitle("Cost vs average F1 across methods. Overlapping whiskers: not told apart. Open marker, (≥): tokens "
-                 "from the records' answer prompts only (usage not logged for every answer), a lower bound",
-                 fontsize=8)
+    if len(models) > 1:
+        handles, labels = axes[0].get_legend_handles_labels()
+        unique = dict(zip(labels, handles))
+        axes[0].legend(unique.values(), unique.keys(), fontsize=7, loc="lower right")
+    fig.suptitle(f"Cost vs average F1 ({', '.join(models)}). Whiskers: each run's own 95% CI (differences between "
+                 "runs are tested paired: scgmem-report claims). Open marker, (≥): tokens from the records' answer "
+                 "prompts only (usage not logged for every answer), a lower bound", fontsize=8, wrap=True)
     out_dir = Path(out_dir)
     return _save(fig, out_dir, stem) + [_write_csv(out_dir / f"{stem}.csv", rows)]

@@ -35,7 +35,7 @@ from scgmem.scoring.cat5 import summary_fields as cat5_fields
 from scgmem.scoring.metrics import average_ci, bootstrap_ci, category_cis
 from scgmem.report.paired import N_RESAMPLES, paired_mean
 from scgmem.report.paper import (BASELINES, EXTRA_TITLES, IMPROVEMENT_ROW, JUDGE, METHOD_TITLES, METRICS, PAPER_MODELS,
-                                 VARIANT_TITLES, VARIANTS, PaperTable, column, drop_row)
+                                 VARIANT_TITLES, VARIANTS, PaperTable, column, drop_row, run_title)
 
 # The question-weighted overall (LoCoMo's "Overall"); the paper prints no such column.
 OVERALL = "overall_weighted"
@@ -313,11 +313,11 @@ def build_table1(runs: list[Run], paper: PaperTable, *, default_paper_model: str
         over_all = _improvement_over_all(rows, table)
         block.rows += [r for r in (improvement, over_all) if r is not None]
         if over_all is not None:
-            extra = ", ".join(rows[k].label for k in rows if k not in BASELINES and k != "scgmem" and rows[k].run_dir)
-            note = (f"{block.model}: Improvement (%) compares SCG-Mem with the paper's five baselines only "
-                    f"(LoCoMo, ReadAgent, MemoryBank, MemGPT, A-MEM), as the paper's printed row does, and leaves "
-                    f"out {extra}; Improvement over every run (%) compares it with the strongest of every row "
-                    "we ran, those included. The paired bootstrap below takes the strongest of the paper's baselines.")
+            extra = " and ".join(run_title(k) for k in rows if k not in BASELINES and k != "scgmem" and rows[k].run_dir)
+            note = (f"{block.model}: Improvement (%) compares SCG-Mem with the paper's five baselines only (LoCoMo "
+                    f"(full context), ReadAgent, MemoryBank, MemGPT, A-MEM), as the paper's printed row does, and "
+                    f"leaves out {extra}; Improvement over every run (%) compares it with the strongest of every "
+                    "row we ran, those included. The paired bootstrap below takes the strongest of the paper's baselines.")
             table.notes.append(note)
         block.paired = _paired_vs_strongest(methods, categories, n_resamples, seed)
         table.blocks.append(block)
