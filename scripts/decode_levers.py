@@ -47,6 +47,7 @@ def measure_levers(llm, words: str, rows_list: list[int], prompt_lens: list[int]
                    modes: list[str], new: int, sync, into: dict, emit) -> None:
     """Fill `into[attention][mode][f"{prompt}x{rows}"]`, calling `emit()` after every number."""
     from scgmem.llm.gqa_attention import register
+    from scgmem.llm.oom import free_cuda_cache, is_out_of_memory
     from scgmem.llm.static_decode import StaticDecode
 
     register()
@@ -64,10 +65,14 @@ def measure_levers(llm, words: str, rows_list: list[int], prompt_lens: list[int]
     kept = (llm.model.config._attn_implementation, llm.static, llm.batch_size, llm.max_batch_tokens)
     llm.batch_size, llm.max_batch_tokens = max(rows_list), 1 << 30  # one forward batch per call
     try:
-        for attention in attentions:
-            llm.model.config._attn_implementation = attention
-            for mode in modes:
-                llm.static = None if mode == "eager" else StaticDecode(llm.model, compile=mode == "compiled")
+        # mode-major: every eager number before the first compile, whose time is the unknown (a device
+        # session that ends mid-grid keeps the cheap cells of both attentions)
+        for mode in modes:
+            for attention in attentions:
+                llm.model.config._attn_implementation = attention
+                llm.static = None if mode == "eager" else StaticDecode(
+                    llm.model, compile=mode == "compiled", max_batch_tokens=llm.max_batch_tokens,
+                    reserved_bytes=llm.score_head.copy_bytes)
                 cell = into.setdefault(attention, {}).setdefault(mode, {})
                 for length in prompt_lens:
                     if length + new > llm.context_window:
@@ -77,9 +82,11 @@ def measure_levers(llm, words: str, rows_list: list[int], prompt_lens: list[int]
                     for rows in rows_list:
                         try:
                             got = step_ms(llm, [f"{i} {base}" for i in range(rows)], new, sync)
-                        except torch.OutOfMemoryError as error:  # one cell, not the whole grid
+                        except RuntimeError as error:  # out of memory of any kind: one cell, not the grid
+                            if not is_out_of_memory(error):
+                                raise
                             got = {"error": f"out of memory: {str(error)[:200]}"}
-                            torch.cuda.empty_cache()
+                            free_cuda_cache()
                         if llm.static is not None:
                             got["static_decode"] = llm.static.report()
                         cell[f"{length}x{rows}"] = got

@@ -11,6 +11,8 @@ with the harness's attention kernels (`model.sdpa_backends`) and once with torch
 each over prompt lengths no earlier call had (scgmem/llm/attention.py says why that matters).
 The timings feed the H200-hours estimate (scripts/bench_batching.py --h200-from).
 
+With `--constrained`, each shape first gets a constrained SCG-Mem step (scripts/device_constrained.py,
+issue 40); `--levers-only` skips the kernel variants and the profile (the device check's quick plan).
 With `--levers`, each shape also gets the decode-lever grid of scripts/decode_levers.py (issue 29):
 attention implementation (--lever-attention) x decode mode (--lever-modes: eager, static,
 compiled) x rows (--batches) x prompt tokens (--lever-prompts), as ms per decode step, under
@@ -57,9 +59,15 @@ def measure_shape(name: str, args, corpus: list[str], result: dict | None = None
               "prompt_tokens": args.prompt, "new_tokens": args.new, "batches": {}})
     words = " ".join(corpus)[: args.prompt * 12]
     llm.generate([llm.tokenizer.decode(llm.encode(words)[:32])], max_new_tokens=4)  # warm-up: cuBLAS handles
+    emit()
+    if args.constrained:  # a constrained SCG-Mem step (issue 40): cheap, so before the compiled cells
+        from scripts.device_constrained import measure_constrained
+
+        result["constrained"] = measure_constrained(llm, corpus, sync, rows=max(args.batches))
+        emit()
     harness_kernels = llm.sdpa_backends
     for variant, kernels in (("default", harness_kernels), ("torch_choice", None)):
-        if args.cprofile and variant != "default":
+        if (args.cprofile and variant != "default") or args.levers_only:
             continue
         llm.sdpa_backends = kernels
         # each variant gets prompt lengths no earlier call had: a kernel that plans per shape
@@ -101,7 +109,7 @@ def measure_shape(name: str, args, corpus: list[str], result: dict | None = None
         pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(60)
         (Path(args.out) / f"{name}.cprofile.txt").write_text(text.getvalue())
         print(f"[throughput] {name} plain HF generate: {result['plain_hf_generate_s']} s", flush=True)
-    if cuda and not args.cprofile:
+    if cuda and not args.cprofile and not args.levers_only:
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -159,6 +167,9 @@ def main() -> int:
     parser.add_argument("--lever-prompts", default="512,2048,8192")
     parser.add_argument("--lever-attention", default="sdpa,gqa_sdpa")
     parser.add_argument("--lever-modes", default="eager,compiled")
+    parser.add_argument("--levers-only", action="store_true", help="skip the kernel variants and the profile")
+    parser.add_argument("--constrained", action="store_true",
+                        help="also a constrained SCG-Mem step (scripts/device_constrained.py), first")
     args = parser.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]
     args.lever_prompts = [int(p) for p in args.lever_prompts.split(",")]
