@@ -59,6 +59,28 @@ def test_scored_steps_compile_one_graph_across_two_calls():
     torch._dynamo.reset()
 
 
+def test_compiled_llm_scored_calls_reuse_one_graph(tiny_model_dir):
+    """The same through `LLM.generate` on a compiled static cache (bf16, a processor: a scored call)."""
+    import torch._dynamo
+    from transformers import LogitsProcessor
+
+    class Noop(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            return scores
+
+    torch._dynamo.reset()
+    llm = make(tiny_model_dir, dtype="bfloat16", compile=True, prefix_cache=False, batch_size=4)
+    graphs: list = []
+    llm.static.backend = counting_backend(graphs)
+    prompts = [llm.render("Caroline went to the support group. What did she do?")] * 2
+    for _ in range(2):
+        llm.generate(prompts, max_new_tokens=12, processors=lambda width, rows: [Noop()])
+    assert len(graphs) == 1 and llm.score_head.calls == 2
+    llm.generate(prompts, max_new_tokens=12)  # unscored: the bf16 head's graph
+    assert len(graphs) == 2 and llm.static.report()["compiled_graphs"] == 2
+    torch._dynamo.reset()
+
+
 # ---------------------------------------------------------------- item 6: head on another device
 def test_float32_head_moves_the_hidden_state_to_the_heads_device():
     with torch.device("meta"):  # stands in for a head placed on another GPU by device_map=auto
