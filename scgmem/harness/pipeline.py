@@ -41,7 +41,7 @@ from scgmem.data.locomo import scored_questions
 from scgmem.harness.cache import MemoryCache, memory_key
 from scgmem.harness.logger import progress_metrics
 from scgmem.harness.records import (USAGE_LOG, PredictionWriter, UsageLog, add_counts, add_usage,
-                                    read_predictions, write_json_atomic)
+                                    cut_partial_line, read_predictions, write_json_atomic)
 from scgmem.harness.stored_records import check_stored_records
 from scgmem.llm.scheduler import BatchingFront
 from scgmem.scoring.metrics import evidence_recall
@@ -116,10 +116,11 @@ def read_stored_predictions(run_dir: Path, conversations: list[Conversation], pr
     in the current data (scgmem/harness/stored_records.py): refused in one line unless all match.
     The runner calls it before the model loads; `Pipeline.run` otherwise."""
     path = Path(run_dir) / "predictions.jsonl"
-    records = read_predictions(path)
+    records = read_predictions(path, cut=False)
     questions = [q for c in conversations for q in scored_questions(c, protocol.categories, questions_per_category)]
     check_stored_records(records, path, questions, protocol,
                          lambda q: protocol.build_prompt(q, "", rng_for(seed, q.sample_id, q.index, PROMPT)))
+    cut_partial_line(path)  # only once every record passed: a refusal leaves the file as it was
     return records
 
 

@@ -26,11 +26,12 @@ log = logging.getLogger(__name__)
 MAX_JSONL_BYTES = 1 << 30
 
 
-def read_jsonl(path: Path, required: dict[str, type] | None = None) -> list[dict]:
+def read_jsonl(path: Path, required: dict[str, type] | None = None, cut: bool = True) -> list[dict]:
     """The complete lines of `path` as JSON objects (empty if absent). A last line without its
-    newline was cut by a crash: it is dropped and cut off the file, so the rerun rewrites it. Any
-    complete line that is not a JSON object holding `required` {field: type} is refused in one line
-    (`StoredFileError`); nothing is truncated then, so no valid line after it is lost."""
+    newline was cut by a crash: it is dropped and (`cut`) cut off the file, so the rerun rewrites
+    it; a caller that checks the records further passes cut=False and calls `cut_partial_line` once
+    they pass. Any complete line that is not a JSON object holding `required` {field: type} is
+    refused in one line (`StoredFileError`); nothing is truncated then, so no line is lost."""
     if not path.is_file() and not path.is_symlink():
         return []
     data = read_bounded(path, MAX_JSONL_BYTES)
@@ -47,17 +48,27 @@ def read_jsonl(path: Path, required: dict[str, type] | None = None) -> list[dict
                 raise StoredFileError(path, f"line {number}: field {name!r}", value,
                                       f"missing or not {kind.__name__}")
         records.append(obj)
-    if partial:
-        log.warning("%s: discarding %d bytes of a partly written last line", path, len(partial))
-        with open_nofollow(path, "r+b") as f:
-            f.truncate(len(data) - len(partial))
+    if partial and cut:
+        cut_partial_line(path)
     return records
 
 
-def read_predictions(path: Path) -> list[dict]:
+def cut_partial_line(path: Path) -> None:
+    """Cut a last line without its newline (a write a crash interrupted) off `path`."""
+    if not path.is_file():
+        return
+    with open_nofollow(path, "r+b") as f:
+        data = f.read(MAX_JSONL_BYTES + 1)
+        end = data.rfind(b"\n") + 1
+        if end < len(data):
+            log.warning("%s: discarding %d bytes of a partly written last line", path, len(data) - end)
+            f.truncate(end)
+
+
+def read_predictions(path: Path, cut: bool = True) -> list[dict]:
     """predictions.jsonl (or judgements.jsonl) read back: `read_jsonl` with `sample_id` and `qa_index`
     required. What each record must match is checked by `scgmem.harness.stored_records`."""
-    return read_jsonl(path, {"sample_id": str, "qa_index": int})
+    return read_jsonl(path, {"sample_id": str, "qa_index": int}, cut)
 
 
 class PredictionWriter:
@@ -133,7 +144,7 @@ class UsageLog:
             self.path.unlink(missing_ok=True)
             return
         last: dict[str, dict] = {}
-        for number, entry in enumerate(read_jsonl(self.path), 1):
+        for number, entry in enumerate(read_jsonl(self.path, cut=False), 1):
             last[usage_entry(entry, self.path, f"line {number}")] = entry
         for entry in last.values():
             self.prior_questions += entry["questions"]
@@ -142,6 +153,7 @@ class UsageLog:
         if self.prior_questions > records:  # each process counts the records it wrote, after writing them
             raise StoredFileError(self.path, "questions", self.prior_questions,
                                   f"more records than predictions.jsonl holds ({records})")
+        cut_partial_line(self.path)  # checked: now the next append starts a line of its own
 
     def append(self, questions: int, usage: dict, deviations: dict[str, int] | None = None) -> None:
         entry = {"run": self.run, "questions": questions, "usage": usage, "deviations": deviations or {}}

@@ -22,7 +22,14 @@ class StoredFileError(ValueError):
     `<file>: <field>: <value>: <why>` the runner prints (exit code 2)."""
 
     def __init__(self, path, field: str, value, why: str) -> None:
-        super().__init__(f"{path}: {field}: {shown(value)}: {why}")
+        super().__init__(one_line(f"{path}: {field}: {shown(value)}: {why}"))
+
+
+def one_line(text: str) -> str:
+    """`text` with control characters (newlines, escape sequences) written as \\xNN: field names
+    come from the file's own keys, and a terminal must never receive its bytes raw."""
+    return "".join(ch if ch.isprintable() or ch == " " else f"\\x{ord(ch):02x}" if ord(ch) < 256
+                   else f"\\u{ord(ch):04x}" for ch in text)
 
 
 def shown(value, limit: int = 60) -> str:
