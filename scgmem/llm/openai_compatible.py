@@ -41,7 +41,7 @@ from scgmem.llm.protocol import Generation
 from scgmem.llm.chat_template import ChatPolicy, eos_token_ids, render_messages
 from scgmem.llm.generation import SettingsLog
 from scgmem.llm.constraint_spec import KeyConstraint
-from scgmem.llm.http_client import JsonClient, ServerError
+from scgmem.llm.http_client import JsonClient, ServerError, printable
 from scgmem.llm.served.constrained import ConstrainedCalls, make_dialect
 from scgmem.llm.served.dialect import Unsupported
 from scgmem.llm.served.transport import ServerPool, server_root
@@ -318,22 +318,37 @@ class OpenAICompatibleLLM:
             body.update(continue_final_message=True, add_generation_prompt=False)
         return body, prefix
 
+    def _count(self, usage: dict, key: str) -> int:
+        """A token count of the reply's usage: an int in [0, 10 * context_window], else a one-line error."""
+        value = usage.get(key)
+        if value is None:
+            return 0
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10 * self.context_window:
+            raise ServerError(f"{self.base_url}/{self._endpoint}: usage.{key}: {printable(repr(value), 40)} is not a "
+                              f"token count in [0, {10 * self.context_window}]")
+        return value
+
     def _generation(self, reply: dict, prefix: str, stop) -> Generation:
         try:
             choice = reply["choices"][0]
             text = (choice["text"] if self.api == "completions" else choice["message"]["content"]) or ""
         except (KeyError, IndexError, TypeError):
             raise ServerError(f"{self.base_url}/{self._endpoint}: reply has no choices[0] text: "
-                              f"{json.dumps(reply)[:200]}") from None
+                              f"{printable(json.dumps(reply))}") from None
+        if not isinstance(text, str):
+            raise ServerError(f"{self.base_url}/{self._endpoint}: choices[0] text: expected a string, "
+                              f"got {type(text).__name__}")
         if reply.get("model"):
-            self.served_models.add(str(reply["model"]))
+            self.served_models.add(printable(str(reply["model"]), 200))
         if prefix and not self.prefill:
             text = strip_echo(text, prefix)
         for s in stop:  # servers apply stop; cut again in case one returns it
             if s and s in text:
                 text = text[: text.index(s)]
         usage = reply.get("usage") or {}
-        n_prompt, n_out = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        if not isinstance(usage, dict):
+            raise ServerError(f"{self.base_url}/{self._endpoint}: usage: expected an object, got {type(usage).__name__}")
+        n_prompt, n_out = (self._count(usage, k) for k in ("prompt_tokens", "completion_tokens"))
         cut = choice.get("finish_reason") == "length"
         logprob = 0.0
         lp = choice.get("logprobs") or {}
