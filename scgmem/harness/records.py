@@ -79,24 +79,26 @@ class PredictionWriter:
         self._file = open_nofollow(path, "a")
 
     def write(self, records: list[dict]) -> None:
-        append_lines(self._file, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        append_lines(self._file, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), self.path)
 
     def close(self) -> None:
         self._file.close()
 
 
-def append_lines(f, text: str) -> None:
-    """Append `text` to the open file `f` and make it durable; when the write fails (a full disk),
-    cut the file back to where it was, so no partial line stays behind."""
+def append_lines(f, text: str, path: Path | None = None) -> None:
+    """Append `text` to the open file `f` (at `path`) and make it durable; when the write fails (a
+    full disk), cut the file back to where it was, so no partial line stays behind."""
     f.seek(0, os.SEEK_END)
     start = f.tell()
     try:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError, ValueError):
             os.ftruncate(f.fileno(), start)
+        if isinstance(e, OSError) and e.filename is None and path is not None:
+            e.filename = str(path)  # the one-line error names the file
         raise
 
 
@@ -158,7 +160,7 @@ class UsageLog:
     def append(self, questions: int, usage: dict, deviations: dict[str, int] | None = None) -> None:
         entry = {"run": self.run, "questions": questions, "usage": usage, "deviations": deviations or {}}
         with open_nofollow(self.path, "a") as f:
-            append_lines(f, json.dumps(entry) + "\n")
+            append_lines(f, json.dumps(entry) + "\n", self.path)
 
     def total(self, questions: int, usage: dict) -> tuple[int, dict]:
         """(records covered, usage) of every attempt, this process's `questions` and `usage` included."""

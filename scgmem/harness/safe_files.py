@@ -124,9 +124,11 @@ def write_json_atomic(path: Path, obj, root: Path | None = None) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(e, OSError) and e.filename is None:
+            e.filename = str(path)  # the one-line error names the file
         raise
 
 

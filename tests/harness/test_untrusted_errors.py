@@ -62,7 +62,8 @@ def test_a_full_disk_is_one_line_and_leaves_no_partial_line_or_temp_file(tmp_pat
     run_dir, cache = tmp_path / "run", tmp_path / "cache"
     args = [*FAST, "method=memorybank", f"run.cache_dir={cache}", f"hydra.run.dir={run_dir}"]
     proc = scgmem_run(*args, env={"SCGMEM_TEST_FAIL_FSYNC": str(fail_at)})
-    assert "No space left on device" in one_line_error(proc)
+    line = one_line_error(proc)
+    assert "No space left on device" in line and str(tmp_path) in line  # names the file
     assert temp_files(run_dir, cache) == []
     for name in ("predictions.jsonl", "usage.jsonl"):
         if (run_dir / name).exists():
