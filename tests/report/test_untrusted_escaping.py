@@ -9,7 +9,7 @@ import csv
 
 import pytest
 
-from scgmem.report.tables import Block, Cell, Row, Table
+from scgmem.report.tables import Block, Row, Table
 from scgmem.report.writers import csv_cell, to_markdown, write_table
 
 EVIL_MODEL = "smollm\n## Injected heading\n<script>alert(1)</script>"
