@@ -16,6 +16,9 @@ Measures, side by side in one run:
   turns_per_s, questions_per_s, peak_rss_mb   from the single run
   compute_bound            GEMM throughput at the model's shapes; with COMPUTE_BOUND_RUN=<run dir>, that
                            run's compute_bound_s, wall_s and efficiency (scripts/bench_compute_bound.py)
+  served                   SCG-Mem on a llama.cpp server (xllamacpp) vs the local backend, same slice: ingest and
+                           recall wall-time ratios, requests in flight, grammar compile vs 10-5,000 concepts
+                           (scripts/bench_served.py)
   batching                 model calls and rows per call of every method over all of LoCoMo (scripted LLM),
                            conversations in turn vs 10 side by side; Table 1 H200-hours estimate
                            (scripts/bench_batching.py; its embedded A-MEM timing runs alone, see there)
@@ -41,7 +44,8 @@ from transformers import LogitsProcessor
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 FULL = os.environ.get("BENCH_FULL") == "1"
-PARTS = ("constrained_step", "constraint_host", "prefix_cache", "ingest_tokens", "sweep", "compute_bound", "batching")
+PARTS = ("constrained_step", "constraint_host", "prefix_cache", "ingest_tokens", "sweep", "compute_bound", "batching",
+         "served")
 WANTED = [p for p in os.environ.get("BENCH_PARTS", ",".join(PARTS)).split(",") if p]
 if unknown := sorted(set(WANTED) - set(PARTS)):
     sys.exit(f"error: BENCH_PARTS: unknown part(s) {unknown}; choose from {', '.join(PARTS)}")
@@ -304,6 +308,10 @@ def main() -> None:
         from scripts.bench_batching import bench_batching
 
         result["batching"] = bench_batching(quick=QUICK)
+    if "served" in WANTED:
+        from scripts.bench_served import bench_served
+
+        result["served"] = bench_served(quick=QUICK)
     out = ROOT / "results" / "bench" / f"{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
@@ -348,6 +356,10 @@ def main() -> None:
         from scripts.bench_batching import report_rows as batching_rows
 
         rows += batching_rows(result["batching"])
+    if "served" in result:
+        from scripts.bench_served import report_rows as served_rows
+
+        rows += served_rows(result["served"])
     if FULL:
         rows.append(("full LoCoMo run, minutes", result["full_run"]["wall_min"], "<= 60"))
     print(f"{'measure':45s} {'value':>10s}  goal")

@@ -22,7 +22,7 @@ class LoggingLLM(ScriptedLLM):
         self.threads: set[int] = set()
 
     def generate(self, prompts, **kw):
-        self.log.append((tuple(prompts), {k: v for k, v in kw.items() if k != "processors"}))
+        self.log.append((tuple(prompts), {k: v for k, v in kw.items() if k != "constraint"}))
         self.threads.add(threading.get_ident())
         return super().generate(prompts, **kw)
 
@@ -77,11 +77,11 @@ def test_width_one_sends_every_call_unchanged():
     assert real.log == [(tuple(p), kw) for p, kw in calls]
 
 
-def test_only_identical_settings_share_a_call_and_processor_calls_go_alone():
+def test_only_identical_settings_share_a_call_and_constrained_calls_go_alone():
     real = LoggingLLM()
     front = BatchingFront(real)
     settings = [{"max_new_tokens": 4}, {"max_new_tokens": 8}, {"max_new_tokens": 4}, {"max_new_tokens": 4},
-                {"max_new_tokens": 4, "processors": object()}, {"max_new_tokens": 4, "processors": object()}]
+                {"max_new_tokens": 4, "constraint": object()}, {"max_new_tokens": 4, "constraint": object()}]
 
     def job(i):
         return lambda: front.current().llm.generate([f"p{i}"], **settings[i])

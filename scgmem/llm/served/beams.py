@@ -15,6 +15,7 @@ ranks below every one listed, so the table's top is exact), and refused when its
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 import torch
@@ -33,7 +34,7 @@ def next_logprobs(decoder: KeyDecoder, prompt_ids: Sequence[int], allowed: list[
     top_n = min(FIRST_TOP_N, cap) if cap else FIRST_TOP_N
     while True:
         got: NextTokens = decoder.t.next_tokens(prompt_ids, allowed, top_n)
-        decoder.requests += 1
+        decoder.counted()
         listed = {t: lp for t, lp in got.logprobs.items() if t in set(allowed)}
         if got.complete or len(listed) >= min(need, len(allowed)):
             return listed
@@ -62,11 +63,14 @@ def beam_search(decoder: KeyDecoder, prompt_ids: Sequence[int], *, num_beams: in
     improvable, length = True, 0
     while True:
         table = torch.full((b, vocab), float("-inf"), dtype=torch.float32)  # (b, vocab) raw log-probs
-        for i, (ids, _, walk) in enumerate(run):
-            allowed = decoder.allowed(walk)
-            if allowed and run_scores[i] > float("-inf"):
-                for token, lp in next_logprobs(decoder, prompt + ids, allowed, keep).items():
-                    table[i, token] = lp
+        live = [(i, ids, decoder.allowed(walk)) for i, (ids, _, walk) in enumerate(run) if run_scores[i] > float("-inf")]
+        live = [(i, ids, allowed) for i, ids, allowed in live if allowed]
+        # the beams' expansions are independent: in flight side by side (the engine batches them)
+        with ThreadPoolExecutor(max_workers=max(1, len(live))) as pool:
+            found = list(pool.map(lambda x: next_logprobs(decoder, prompt + x[1], x[2], keep), live))
+        for (i, _, _), lps in zip(live, found):
+            for token, lp in lps.items():
+                table[i, token] = lp
         raw = table.clone()
         table = table + run_scores[:, None]
         top_scores, top_index = torch.topk(table.reshape(-1), k=keep)

@@ -19,6 +19,7 @@ bad reply, never a key.
 """
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from typing import Protocol, Sequence
@@ -70,6 +71,11 @@ class KeyDecoder:
         self.t, self.c, self.n_eos, self.where = transport, constraint, n_eos, where
         self.trie = constraint.trie
         self.requests = 0
+        self._count_lock = threading.Lock()  # beam expansions count from several threads
+
+    def counted(self) -> None:
+        with self._count_lock:
+            self.counted()
 
     # ------------------------------------------------------------------ the trie walk
     def _last(self, walk: _Walk) -> bool:
@@ -125,7 +131,7 @@ class KeyDecoder:
                                   last=self._last(walk), used=walk.used if self.c.distinct else None)
             reply = self.t.continue_(list(prompt_ids) + ids, grammar, max_tokens=min(room, self.trie.max_depth),
                                      temperature=temperature, seed=seed)
-            self.requests += 1
+            self.counted()
             ended, n = self._accept(walk, reply)
             walk = ended
             body = reply.token_ids[:n]
@@ -144,7 +150,7 @@ class KeyDecoder:
                 break
         if lps is None and not cut:  # the engine's generation log-probs are not raw: score the sequence
             scored = self.t.score(prompt_ids, ids + [self.c.end_id])
-            self.requests += 1
+            self.counted()
             lps, end_lp = scored[:-1], scored[-1]
         if cut:
             lps, end_lp = None, None  # as the local backend: a list cut by max_new_tokens is not tracked

@@ -4,7 +4,7 @@ One grammar states one key of the list (the client asks for a list key by key, s
 distinct list can drop the keys it already wrote): a path of the trie from the root to a node
 where a key ends, then the separator (`terminator`) or the list's end id, or only the end id for
 the list's last key (`KeyConstraint.max_keys`). Terminals are token ids (`<[8363]>`, sets
-`<[5,9-12]>`, llguidance's docs/syntax.md "Special tokens"), never text, so the engine cannot
+`<[5,9-12]>`, llguidance's syntax documentation, "Special tokens"), never text, so the engine cannot
 spell a key with another tokenisation than the local trie's.
 
 Factored, not flat: one rule per trie node that branches, and the children that end a key right
