@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch

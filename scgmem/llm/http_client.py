@@ -110,7 +110,7 @@ class JsonClient:
             if response.status >= 400:
                 raise _Status(response.status, raw[:200], response.getheader("Retry-After"))
             return raw
-        except (OSError, http.client.HTTPException) as e:
+        except (OSError, http.client.HTTPException):
             if expired.is_set():
                 raise TimeoutError(f"no complete reply within {self.timeout_s:.0f} s") from None
             raise

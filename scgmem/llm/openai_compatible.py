@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import re
-import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence

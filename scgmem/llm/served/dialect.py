@@ -110,3 +110,26 @@ def token_id(value, where: str, vocab_size: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (vocab_size and value >= vocab_size):
         raise BadReply(f"{where}: {value!r} is not a token id")
     return value
+
+
+def caller_ids(values: Sequence[int], what: str) -> list[int]:
+    """A caller's token ids as a plain list (a bad one is the caller's error, not the server's)."""
+    out = list(values)
+    for v in out:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{what}: {v!r} is not a token id")
+    return out
+
+
+def field(obj, key: str, where: str, engine: str):
+    """`obj[key]` of a reply, or a BadReply naming the engine and the field."""
+    if not isinstance(obj, dict) or key not in obj:
+        raise BadReply(f"{engine}: {where}.{key} is missing")
+    return obj[key]
+
+
+def listed(value, where: str, engine: str) -> list:
+    """A reply's value that must be a list."""
+    if not isinstance(value, list):
+        raise BadReply(f"{engine}: {where} is {type(value).__name__}, expected a list")
+    return value

@@ -24,11 +24,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-import torch
 
 from scgmem.llm.constraint_spec import KeyConstraint
 from scgmem.llm.protocol import Generation
-from scgmem.llm.served.dialect import BadReply, Continuation, NextTokens, Unsupported
+from scgmem.llm.served.dialect import BadReply, Continuation, NextTokens
 from scgmem.llm.served.lark_trie import key_grammar, spent
 
 NO_NODE = -1

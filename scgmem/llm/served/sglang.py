@@ -26,6 +26,7 @@ to their use; the tests check the bodies and reply fixtures copied in shape from
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Sequence
 
 from scgmem.llm.served.dialect import (
@@ -34,9 +35,16 @@ from scgmem.llm.served.dialect import (
     EngineDialect,
     NextTokens,
     Unsupported,
+    caller_ids,
+    field,
+    listed,
     number,
     token_id,
 )
+
+_ids = caller_ids
+_field = partial(field, engine="sglang")
+_list = partial(listed, engine="sglang")
 
 PATH = "/generate"
 FINISH = ("stop", "length")  # meta_info.finish_reason.type; "abort" is an error
@@ -169,13 +177,6 @@ class SGLangDialect(EngineDialect):
                 "skip_special_tokens": False}
 
 
-def _ids(values: Sequence[int], what: str) -> list[int]:
-    """A caller's token ids as a plain list (a bad one is the caller's error, not the server's)."""
-    out = list(values)
-    for v in out:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"{what}: {v!r} is not a token id")
-    return out
 
 
 def _meta(reply) -> dict:
@@ -187,16 +188,8 @@ def _meta(reply) -> dict:
     return meta
 
 
-def _field(obj, key: str, where: str):
-    if not isinstance(obj, dict) or key not in obj:
-        raise BadReply(f"sglang: {where}.{key} is missing")
-    return obj[key]
 
 
-def _list(value, where: str) -> list:
-    if not isinstance(value, list):
-        raise BadReply(f"sglang: {where} is {type(value).__name__}, expected a list")
-    return value
 
 
 def _entry(value, where: str, allow_null: bool = False) -> tuple[float | None, int]:

@@ -30,6 +30,7 @@ from them.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Sequence
 
 from scgmem.llm.served.dialect import (
@@ -38,9 +39,16 @@ from scgmem.llm.served.dialect import (
     EngineDialect,
     NextTokens,
     Unsupported,
+    caller_ids,
+    field,
+    listed,
     number,
     token_id,
 )
+
+_ids = caller_ids
+_field = partial(field, engine="vllm")
+_list = partial(listed, engine="vllm")
 
 PATH = "/v1/completions"
 MAX_LOGPROB_TOKEN_IDS = 128  # vllm/sampling_params.py: the sampler's per-request row width
@@ -200,13 +208,6 @@ class VLLMDialect(EngineDialect):
                 "temperature": temperature, "n": 1, **NEUTRAL, "skip_special_tokens": False}
 
 
-def _ids(values: Sequence[int], what: str) -> list[int]:
-    """A caller's token ids as a plain list (a bad one is the caller's error, not the server's)."""
-    out = list(values)
-    for v in out:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"{what}: {v!r} is not a token id")
-    return out
 
 
 def _choice(reply) -> dict:
@@ -219,16 +220,8 @@ def _choice(reply) -> dict:
     return choices[0]
 
 
-def _field(obj, key: str, where: str):
-    if not isinstance(obj, dict) or key not in obj:
-        raise BadReply(f"vllm: {where}.{key} is missing")
-    return obj[key]
 
 
-def _list(value, where: str) -> list:
-    if not isinstance(value, list):
-        raise BadReply(f"vllm: {where} is {type(value).__name__}, expected a list")
-    return value
 
 
 def _token_key(text, where: str) -> int:
