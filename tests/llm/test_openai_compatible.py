@@ -215,3 +215,19 @@ def test_completions_api_sends_the_locally_rendered_prompt_with_its_prefix():
 def test_completions_api_needs_a_local_tokenizer():
     with pytest.raises(ValueError, match="model.api=completions .* set model.tokenizer"):
         OpenAICompatibleLLM("http://127.0.0.1:1/v1", "m", api="completions")
+
+
+def test_several_servers_share_the_requests_and_a_dead_one_is_left(tmp_path):
+    """model.base_url lists servers of one model: requests spread over them; a server that stays
+    unreachable is marked dead and its requests go to the others, in prompt order."""
+    from tests.llm.servers import free_port
+
+    with ScriptedServer(echo) as a, ScriptedServer(echo) as b:
+        dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+        llm = _no_tokenizer([a.url, dead, b.url], retries=0, max_concurrency=3)
+        prompts = [f"question {i}" for i in range(9)]
+        out = llm.generate(prompts, max_new_tokens=4)
+        assert [g.text for (g,) in out] == [f"re: {p}" for p in prompts]
+        report = llm.generation_report()["server"]["pool"]
+        assert report["dead"] == [dead] and len(a.bodies) > 0 and len(b.bodies) > 0
+        assert len(a.bodies) + len(b.bodies) == 9
