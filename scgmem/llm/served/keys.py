@@ -74,7 +74,7 @@ class KeyDecoder:
 
     def counted(self) -> None:
         with self._count_lock:
-            self.counted()
+            self.requests += 1
 
     # ------------------------------------------------------------------ the trie walk
     def _last(self, walk: _Walk) -> bool:
