@@ -23,7 +23,7 @@ from pathlib import Path
 
 from scgmem.report.collect import SUMMARY, Run
 from scgmem.report.paper import run_title
-from scgmem.report.writers import md_text
+from scgmem.report.writers import csv_cell, md_text
 from scgmem.scoring.metric_table import cost_metrics, table_metrics
 
 QUESTION_PHASES = ("recall", "answer")
@@ -162,7 +162,7 @@ def write_costs(runs: list[Run], out_dir: Path) -> list[Path]:
                     "ingest_tokens_per_turn", "calls_per_question", "tokens_per_question", "tokens_basis",
                     "tokens_covered", "deviations"])
         for r in rows:
-            w.writerow([r["model"], r["method"], r["label"], r["n"], r["turns"],
+            w.writerow(csv_cell(c) for c in [r["model"], r["method"], r["label"], r["n"], r["turns"],  # text: escaped
                         *[(r[c][i] if r.get(c) else "") for c in cats for i in range(len(per_cat))],
                         *[r[f"average_{name}"] for name in averaged], r["ingest_s"], r["answer_s_per_question"],
                         r["ingest_calls_per_turn"], r["ingest_tokens_per_turn"], r["calls_per_question"],

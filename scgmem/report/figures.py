@@ -29,6 +29,7 @@ from scgmem.report.collect import Run, index_runs
 from scgmem.report.costs import RECORDS, question_costs
 from scgmem.report.paired import N_RESAMPLES
 from scgmem.report.paper import CATEGORY_TITLES, FULL_SETTINGS, METRIC_TITLES, METRICS, run_title
+from scgmem.report.writers import csv_cell
 from scgmem.scoring.metrics import average_ci, category_cis
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ def _write_csv(path: Path, rows: list[dict]) -> Path:
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["empty"])
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)  # labels are text
     return path
 
 

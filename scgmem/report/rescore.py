@@ -27,6 +27,7 @@ from scgmem.data.locomo import LoCoMoSource
 from scgmem.report.collect import Run, shown_path
 from scgmem.report.paired import N_RESAMPLES
 from scgmem.report.paper import CATEGORY_TITLES
+from scgmem.report.writers import csv_cell
 from scgmem.scoring.cat5 import summary_fields
 from scgmem.scoring.metric_table import answer_metrics, record_metrics, table_metrics
 from scgmem.scoring.metrics import aggregate, average_ci, category_cis, evidence_recall
@@ -152,5 +153,5 @@ def write_rescored(run: Run, golds: list[str], out: Path, command: str, data_pat
     with open(paths[-1], "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)
     return paths

@@ -61,3 +61,15 @@ def test_plain_labels_are_written_as_before():
     text = to_markdown(table)
     assert "## Table 1\n" in text and "### smollm2-135m — paper numbers: llama3.2-1b" in text
     assert "Category 5 apart (smollm2-135m); see the legend below." in text and "- Runs: x." in text
+
+
+def test_figure_csvs_escape_text_cells_too(tmp_path):
+    """The figures' CSVs (fig3, fig4, cost_vs_f1) carry run labels: a label a spreadsheet would
+    evaluate gets its apostrophe; numbers, negative ones included, stay numbers."""
+    import csv
+
+    from scgmem.report.figures import _write_csv
+
+    path = _write_csv(tmp_path / "fig.csv", [{"label": "=HYPERLINK(\"x\")", "f1": -1.5}])
+    (row,) = list(csv.DictReader(open(path, encoding="utf-8")))
+    assert row == {"label": "'=HYPERLINK(\"x\")", "f1": "-1.5"}
