@@ -39,7 +39,7 @@ data: ## put data/locomo10.json in place (copy from ../shared/locomo or download
 	$(BIN)/python -m scripts.download_data --out data/locomo10.json
 
 prepare-model: ## de-quantise the bundled SmolLM2 GGUF once into .cache/models (later loads < 1 s)
-	$(BIN)/python -m scgmem.llm.prepare
+	$(BIN)/python -m scgmem.llm.local.prepare
 
 run: ## main job: SCG-Mem on the embedded model, conv-26 sessions 1-4, 3 questions per category
 	$(RUN) data.samples=[conv-26] data.max_sessions=4 data.questions_per_category=3 hydra.run.dir=$(OUT)/main

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from scgmem.baselines.memorybank.method import MemoryBank
-from scgmem.llm.fake import ScriptedLLM
+from scgmem.llm.doubles.fake import ScriptedLLM
 
 
 class MemoEmbedder:

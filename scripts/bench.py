@@ -172,7 +172,7 @@ def bench_prefix_cache(llm) -> dict:
     conversation behind the same transcript), with the prefix cache off and on."""
     from scgmem.api import render_turns_by_date
     from scgmem.data.locomo import load_locomo, select
-    from scgmem.llm.prefix_cache import PrefixCache
+    from scgmem.llm.local.prefix_cache import PrefixCache
 
     convs, _ = load_locomo(ROOT / "data" / "locomo10.json")
     conv = select(convs, ["conv-26"], max_sessions=1 if QUICK else 4)[0]

@@ -10,7 +10,7 @@ one masked key, so the forward carries a padding mask as the harness's batches a
 of `--repeats` kept (the machine is shared). Implementations:
   repeat_kv_sdpa  K/V repeated per query head every step (transformers' `sdpa` under torch.compile)
   sdpa            transformers' own function (eager decode packs the query heads: no copy)
-  gqa_sdpa        the harness's (scgmem/llm/gqa_attention.py): no copy, compiled or not
+  gqa_sdpa        the harness's (scgmem/llm/local/gqa_attention.py): no copy, compiled or not
 Prints ms per step and the ratios to repeat_kv_sdpa, with the CPU's vector flags. A benchmark,
 not a test: numbers depend on the machine and its load.
 
@@ -18,7 +18,7 @@ Also, per (rows, prompt), one layer's attention alone through each function, for
 per row and for a padded batch prefill (causal + padding mask, as transformers builds it).
 
 `--compiled`: the same steps through the compiled forward on a StaticCache (lever 1; the prefix's
-states copied into every row's slots by scgmem/llm/static_decode.py, the mask over all slots so the
+states copied into every row's slots by scgmem/llm/local/static_decode.py, the mask over all slots so the
 shapes stay fixed), for sdpa (which repeats K/V under compile) and gqa_sdpa; the first step of each
 shape compiles and is reported apart (`compile_s`).
 """
@@ -50,7 +50,7 @@ def compiled_ms(model, prefix, length: int, rows: int, step_ids, steps: int) -> 
     """(seconds of the first, compiling step; ms per later step) of the compiled forward on a static cache."""
     from transformers.generation.configuration_utils import CompileConfig
 
-    from scgmem.llm.static_decode import StaticDecode, slot_bucket
+    from scgmem.llm.local.static_decode import StaticDecode, slot_bucket
 
     static = StaticDecode(model)
     slots = slot_bucket(length + steps + 1)
@@ -115,7 +115,7 @@ def decode_ms(model, cache, step_ids, mask, steps: int) -> float:
 def bench(llm, rows_list: list[int], prompts: list[int], steps: int, repeats: int, emit, compiled: bool = False) -> dict:
     from transformers import DynamicCache
 
-    from scgmem.llm.gqa_attention import register
+    from scgmem.llm.local.gqa_attention import register
 
     register()
     model, config = llm.model, llm.model.config

@@ -8,12 +8,12 @@ Counts are machine-independent: every method runs the whole pipeline (ingest, re
 answers) over all ten LoCoMo conversations on a scripted LLM whose replies depend on the
 prompt alone (tests/harness/test_batching.py: `echo_reply`), so batching cannot change what a
 method computes, only how its requests meet. SCG-Mem's constrained calls need a real
-tokenizer and logits: they decode on the tiny random Llama of scgmem/llm/tiny_model.py, its free
+tokenizer and logits: they decode on the tiny random Llama of scgmem/llm/doubles/tiny_model.py, its free
 calls are scripted. `generate_calls` counts calls of the real `generate` (the front's
 merged calls); `mean_rows_per_call` is prompts per call (the backend may still split a call
 into batches of `model.batch_size`). `prefilled_tokens` is what a model with the prefix cache
 would prefill for those calls, split as `LLM.generate` splits them on a Table 1 config
-(scgmem.llm.batch_plan.PrefillCounter; the scripted model's tokens are words), with rows
+(scgmem.llm.local.batch_plan.PrefillCounter; the scripted model's tokens are words), with rows
 grouped by shared prefix, and `prefilled_tokens_ungrouped` with plain length-sorted batches.
 
 `amem_timing` (embedded SmolLM2-135M, real decoding) is separate and slow: A-MEM's ingest of
@@ -46,8 +46,8 @@ def load_conversations(samples=None, max_sessions=None):
 def scgmem_llm(tmp: Path):
     """Tiny random Llama for the constrained calls (real masks), scripted free generation."""
     from scgmem.llm import LLM
-    from scgmem.llm.fake import HybridLLM, echo_reply
-    from scgmem.llm.tiny_model import build_tiny_model
+    from scgmem.llm.doubles.fake import HybridLLM, echo_reply
+    from scgmem.llm.doubles.tiny_model import build_tiny_model
 
     tiny = LLM(name="tiny", path=str(build_tiny_model(tmp / "tiny")), context_window=4096, batch_size=8,
                memo_entries=0)
@@ -146,7 +146,7 @@ def count_prefill(model) -> dict:
     prefix, and plain length-sorted batches), with the batching limits of a Table 1 config."""
     from hydra import compose, initialize_config_dir
 
-    from scgmem.llm.batch_plan import PrefillCounter
+    from scgmem.llm.local.batch_plan import PrefillCounter
 
     # composed, not loaded: the model file takes its batching limits from configs/model/base/paper.yaml
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):

@@ -103,7 +103,7 @@ def bench_served(quick: bool = False) -> dict:
     import torch
 
     from scgmem.data.locomo import LoCoMoSource
-    from scgmem.llm.openai_compatible import OpenAICompatibleLLM
+    from scgmem.llm.served.openai_compatible import OpenAICompatibleLLM
     from scgmem.llm.served.llamacpp_server import bundled_gguf, start
     from scripts.bench import load_llm
 

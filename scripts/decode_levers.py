@@ -7,10 +7,10 @@ A first call at each shape is not timed: it pays compilation (reported as `first
 
   attention  sdpa            transformers' own (eager decode packs query heads; compiled decode and
                              masked prefill repeat K/V per query head)
-             gqa_sdpa        the harness's, no K/V copies (scgmem/llm/gqa_attention.py)
+             gqa_sdpa        the harness's, no K/V copies (scgmem/llm/local/gqa_attention.py)
              repeat_kv_sdpa  K/V repeated at every call (what compiled `sdpa` does), for reference
   mode       eager           DynamicCache, no compile (the harness's default)
-             static          StaticCache, no compile (scgmem/llm/static_decode.py)
+             static          StaticCache, no compile (scgmem/llm/local/static_decode.py)
              compiled        StaticCache + torch.compile of the decode step (CUDA graphs on a GPU)
 """
 from __future__ import annotations
@@ -46,9 +46,9 @@ def step_ms(llm, prompts: list[str], new: int, sync) -> dict:
 def measure_levers(llm, words: str, rows_list: list[int], prompt_lens: list[int], attentions: list[str],
                    modes: list[str], new: int, sync, into: dict, emit) -> None:
     """Fill `into[attention][mode][f"{prompt}x{rows}"]`, calling `emit()` after every number."""
-    from scgmem.llm.gqa_attention import register
-    from scgmem.llm.oom import free_cuda_cache, is_out_of_memory
-    from scgmem.llm.static_decode import StaticDecode
+    from scgmem.llm.local.gqa_attention import register
+    from scgmem.llm.local.oom import free_cuda_cache, is_out_of_memory
+    from scgmem.llm.local.static_decode import StaticDecode
 
     register()
     if new < 2:

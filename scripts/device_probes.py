@@ -2,7 +2,7 @@
 scripts/device_check.py and written to OUT/probes.json as soon as each is measured:
 
 * `real_tokenizer_probe`: tiny random models with Llama 3.2's and Qwen2.5's real vocabularies
-  and templates (scgmem/llm/tiny_real_models.py) load, generate and decode under the schema
+  and templates (scgmem/llm/doubles/tiny_real_models.py) load, generate and decode under the schema
   constraint on the device: EOS ids, pad, score dtype.
 * `long_context_probe`: one full-context batch of ~26K-token prompts (LoCoMo's longest
   transcripts) at the loaded paper config's own max_batch_tokens / prefix-cache sizes:
@@ -48,7 +48,7 @@ def real_tokenizer_probe(device: str, work: Path) -> dict:
     from scgmem.core.decoding import generate_keys
     from scgmem.core.schema import CognitiveSchema
     from scgmem.llm import LLM
-    from scgmem.llm.tiny_real_models import build_tiny_real_model
+    from scgmem.llm.doubles.tiny_real_models import build_tiny_real_model
 
     out = {}
     dtype = "float32" if device == "cpu" else "bfloat16"

@@ -8,7 +8,7 @@ for each batch size, `LLM.generate` of `--new` greedy tokens on `--prompt`-token
 (the prefix cache off, so every row is prefilled), the raw HF forward time of one decode step,
 and a torch.profiler table of one generate call (CPU vs device time: where the step goes), once
 with the harness's attention kernels (`model.sdpa_backends`) and once with torch's own choice,
-each over prompt lengths no earlier call had (scgmem/llm/attention.py says why that matters).
+each over prompt lengths no earlier call had (scgmem/llm/local/attention.py says why that matters).
 The timings feed the H200-hours estimate (scripts/bench_batching.py --h200-from).
 
 With `--constrained`, each shape first gets a constrained SCG-Mem step (scripts/device_constrained.py,
@@ -126,7 +126,7 @@ def measure_shape(name: str, args, corpus: list[str], result: dict | None = None
 def measure_batch(llm, into: dict, name: str, variant: str, batch: int, base: str, ids: list[int], args, sync) -> None:
     """`LLM.generate` and the raw model's prefill and decode steps for `batch` rows of `base`,
     under the LLM's attention kernels (`llm.sdpa_backends`)."""
-    from scgmem.llm.attention import attention_kernels
+    from scgmem.llm.local.attention import attention_kernels
 
     # distinct rows (a different leading word) so no memo or identical-row shortcut applies
     prompts = [f"{i} {base}" for i in range(batch)]

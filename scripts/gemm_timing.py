@@ -31,7 +31,7 @@ def attention_function(implementation: str, groups: int):
     from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from scgmem.llm.gqa_attention import check_implementation
+    from scgmem.llm.local.gqa_attention import check_implementation
 
     check_implementation(implementation)  # registers gqa_sdpa
     if implementation == "eager":

@@ -19,7 +19,7 @@ def locomo_path() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    from scgmem.llm.tiny_model import build_tiny_model
+    from scgmem.llm.doubles.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
 

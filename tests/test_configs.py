@@ -56,7 +56,7 @@ def test_model_config_binds(name):
 
 @pytest.mark.parametrize("name", _files("method"))
 def test_method_config_instantiates(name):
-    from scgmem.llm.fake import ScriptedLLM
+    from scgmem.llm.doubles.fake import ScriptedLLM
 
     node = _compose([f"method={name}"]).method
     method = instantiate(node, llm=ScriptedLLM(["a, b"]), embedder=object())

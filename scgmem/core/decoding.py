@@ -70,7 +70,7 @@ class KeyList:
 
 class SchemaDecoding:
     """The schema constraint compiled for the local backend: the processor factory of one
-    constrained `LLM.generate` call (`scgmem.llm.local_constraint` builds it from a `KeyConstraint`).
+    constrained `LLM.generate` call (`scgmem.llm.local.constraint` builds it from a `KeyConstraint`).
 
     Args:
         trie: the schema's token trie.

@@ -59,7 +59,7 @@ Entry = tuple[RowState, int, float]
 
 def prompt_key(ids: Sequence[int], pad_id: int) -> tuple[int, ...]:
     """A prompt's identity in the tracker: its ids without pad tokens. The backend pads on the
-    left, or between a cached shared prefix and the row's suffix (`scgmem.llm.prefix_cache`),
+    left, or between a cached shared prefix and the row's suffix (`scgmem.llm.local.prefix_cache`),
     so pads are dropped wherever they are; both sides of the lookup drop them alike."""
     return tuple(t for t in ids if t != pad_id)
 

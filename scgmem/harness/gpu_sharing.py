@@ -7,7 +7,7 @@ Table 1 is 24 independent runs, and one run keeps an H200 busy about a quarter o
   states of one batch, and `model.prefix_cache_max_tokens`, the kept prefixes) by HEADROOM / N, and
   caps the process at HEADROOM / N of the GPU's memory (`torch.cuda.set_per_process_memory_fraction`),
   so N jobs fit and a job that still overruns gets a CUDA OOM, which splits its batch
-  (`scgmem.llm.oom`), instead of starving its neighbours. The model configs' sizes are for one job
+  (`scgmem.llm.local.oom`), instead of starving its neighbours. The model configs' sizes are for one job
   alone on one H200. HEADROOM = 0.9 (issue 40, item 5): the cap covers the allocator only, and each
   of the N processes also holds a CUDA context (0.5-1 GB, cuBLAS workspaces and loaded kernels
   included) outside it; at 1/N each the contexts had no room and their OOMs crashed the jobs.

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from scgmem.harness.cache import MemoryCache
 from scgmem.harness.pipeline import Pipeline
-from scgmem.llm.fake import BagEmbedder, ScriptedLLM, echo_reply
+from scgmem.llm.doubles.fake import BagEmbedder, ScriptedLLM, echo_reply
 from scgmem.scoring.protocols import AmemProtocol
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"

@@ -60,7 +60,7 @@ def build_summary(*, records, state: RunState, method_name: str, model_name: str
                   generation: dict | None = None, oom: dict | None = None) -> dict:
     """summary.json. `generation` is the model's report of its effective decoding settings per call
     kind and its chat template (`LLM.generation_report`); `oom`: batches split after CUDA
-    out-of-memory (`scgmem.llm.oom.OomSplitter.report`). None leaves a field out."""
+    out-of-memory (`scgmem.llm.local.oom.OomSplitter.report`). None leaves a field out."""
     scores = aggregate(records, categories)
     counts = hallucination_counts(records, state)
     deviations: dict[str, int] = {}

@@ -5,7 +5,7 @@ key is a path of the schema's token trie, keys are separated by the trie's termi
 the list ends with one end-of-sequence id wherever a key may end, and after `max_keys` keys only
 that end id may follow. The method states *what* may be generated; each backend compiles it:
 
-* the local transformers backend into a logits processor (`scgmem.llm.local_constraint`);
+* the local transformers backend into a logits processor (`scgmem.llm.local.constraint`);
 * a serving engine into an llguidance Lark grammar over token ids
   (`scgmem.llm.served.lark_trie`) plus client-side steps (`scgmem.llm.served.keys`).
 

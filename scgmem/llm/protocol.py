@@ -2,7 +2,7 @@
 
 The methods (SCG-Mem's core and the baselines) see a model through this interface only:
 text in and out, token ids, and the few facts about the vocabulary that constrained
-decoding needs. `scgmem.llm.LLM` (a real causal LM) and `scgmem.llm.fake.ScriptedLLM`
+decoding needs. `scgmem.llm.LLM` (a real causal LM) and `scgmem.llm.doubles.fake.ScriptedLLM`
 (a scripted stand-in for tests) both implement it; neither has to inherit from it.
 
 Example::

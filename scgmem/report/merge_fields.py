@@ -110,7 +110,7 @@ def merged_generation(summaries: list[dict]) -> dict | None:
                     calls[kind][key] = [seen[k] for k in sorted(seen)]
     merged["calls"] = dict(sorted(calls.items()))
     decodes = [r["static_decode"] for r in reports if isinstance(r.get("static_decode"), dict)]
-    if decodes:  # scgmem/llm/static_decode.py: batches and compiled graphs add up, shapes unite
+    if decodes:  # scgmem/llm/local/static_decode.py: batches and compiled graphs add up, shapes unite
         merged["static_decode"] = {
             "compile": decodes[0].get("compile"), "batches": sum(d.get("batches") or 0 for d in decodes),
             "shapes": sorted({tuple(s) for d in decodes for s in d.get("shapes") or []}),

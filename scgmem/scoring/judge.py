@@ -1,7 +1,7 @@
 """The LLM judge ("J"): one label, CORRECT or WRONG, per prediction and run, and their aggregation.
 
 Any backend of the project judges: the local `scgmem.llm.LLM` (an HF folder, a hub id or the
-embedded GGUF), `scgmem.llm.openai_compatible.OpenAICompatibleLLM`, or the scripted fake. The
+embedded GGUF), `scgmem.llm.served.openai_compatible.OpenAICompatibleLLM`, or the scripted fake. The
 prompt is `scgmem.scoring.judge_prompt` (pinned, versioned). Runs are independent judgements of
 the same predictions: at temperature 0 every run is greedy (a local model gives the same labels
 in each run, so their std is 0; a server need not); above 0 each (question, run) is sampled with

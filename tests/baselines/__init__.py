@@ -6,7 +6,7 @@ import time
 
 
 from scgmem.api import Conversation, Session, Turn
-from scgmem.llm.fake import BagEmbedder, ScriptedLLM  # noqa: F401 (BagEmbedder: imported from here by the tests)
+from scgmem.llm.doubles.fake import BagEmbedder, ScriptedLLM  # noqa: F401 (BagEmbedder: imported from here by the tests)
 
 
 class CountingLLM(ScriptedLLM):

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from scgmem.baselines.full_context import FullContext
-from scgmem.llm.fake import ScriptedLLM
+from scgmem.llm.doubles.fake import ScriptedLLM
 from tests.baselines import conversation
 
 CONV = conversation([[("Caroline", f"turn {s}.{i} about hiking and pottery")

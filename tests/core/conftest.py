@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from scgmem.api import Conversation, Session, Turn
-from scgmem.llm.fake import HybridLLM
+from scgmem.llm.doubles.fake import HybridLLM
 
 
 @pytest.fixture(autouse=True)

@@ -62,7 +62,7 @@ def test_counter_noise_is_one_batched_computation_per_step():
     function of its own seed and the step (not of the batch)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from scgmem.llm.sampling import SeededGumbelSampler
+    from scgmem.llm.local.sampling import SeededGumbelSampler
 
     class Count(TorchDispatchMode):
         def __init__(self):
@@ -88,7 +88,7 @@ def test_counter_noise_is_one_batched_computation_per_step():
 
 
 def test_counter_noise_samples_the_softmax():
-    from scgmem.llm.sampling import SeededGumbelSampler
+    from scgmem.llm.local.sampling import SeededGumbelSampler
 
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
     picks = torch.zeros(4)

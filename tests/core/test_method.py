@@ -146,7 +146,7 @@ def test_the_config_file_instantiates(hybrid):
 
 
 def test_a_model_less_llm_builds_but_cannot_ingest():
-    from scgmem.llm.fake import ScriptedLLM
+    from scgmem.llm.doubles.fake import ScriptedLLM
 
     method = SCGMem(ScriptedLLM(["hiking"]))  # e.g. a config check with the dummy backend
     with pytest.raises(TypeError, match="needs a real LLM"):

@@ -68,7 +68,7 @@ def test_model_configs_name_no_method_internals():
 
 
 def test_a_served_model_refuses_an_unknown_profile():
-    from scgmem.llm.openai_compatible import OpenAICompatibleLLM
+    from scgmem.llm.served.openai_compatible import OpenAICompatibleLLM
 
     with pytest.raises(ValueError, match="model.cap_profile='big'"):  # before any request to the server
         OpenAICompatibleLLM("http://127.0.0.1:9/v1", "m", cap_profile="big")

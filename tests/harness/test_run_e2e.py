@@ -63,7 +63,7 @@ def test_output_contract(fast_run, locomo_path):
     assert summary["n_questions"] == 8 and summary["method"] == "last_turns"
     assert summary["model"] == "smollm2-135m" and summary["protocol"] == "amem"
     assert summary["structural_hallucination_rate"] is None
-    assert summary["oom"] == {"splits": 0, "rows_split": 0}  # batches split after CUDA OOM (scgmem/llm/oom.py)
+    assert summary["oom"] == {"splits": 0, "rows_split": 0}  # batches split after CUDA OOM (scgmem/llm/local/oom.py)
     assert summary["placement"]["device"] == "cpu" and summary["placement"]["job_num"] == 0
     assert summary["tokens"]["answer"]["calls"] == 8
     conv26 = next(x for x in json.loads(locomo_path.read_text()) if x["sample_id"] == "conv-26")

@@ -43,7 +43,7 @@ def _pipeline(run_dir: Path, events: list):
     from scgmem.harness.cache import MemoryCache
     from scgmem.harness.pipeline import Pipeline
     from scgmem.harness.run import CONFIG_DIR
-    from scgmem.llm.fake import ScriptedLLM
+    from scgmem.llm.doubles.fake import ScriptedLLM
     from scgmem.scoring.protocols import AmemProtocol
 
     node = OmegaConf.load(CONFIG_DIR / "method" / "full_context.yaml")

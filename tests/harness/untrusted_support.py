@@ -30,7 +30,7 @@ def pipeline(method: str, run_dir: Path, cache_dir: Path | None = None, llm=None
     """A Pipeline over `method`'s config on the scripted model; the memory cache on when `cache_dir`."""
     from scgmem.harness.cache import MemoryCache
     from scgmem.harness.pipeline import Pipeline
-    from scgmem.llm.fake import BagEmbedder, ScriptedLLM, echo_reply
+    from scgmem.llm.doubles.fake import BagEmbedder, ScriptedLLM, echo_reply
     from scgmem.scoring.protocols import AmemProtocol
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -57,7 +57,7 @@ def write_lines(path: Path, records) -> None:
 RUNNER = r"""
 import errno, os, sys
 import scgmem.harness.run as run
-from scgmem.llm.fake import BagEmbedder, ScriptedLLM, echo_reply
+from scgmem.llm.doubles.fake import BagEmbedder, ScriptedLLM, echo_reply
 
 def shared(slot, node, what):
     if slot == "model":

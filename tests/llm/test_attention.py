@@ -1,10 +1,10 @@
-"""`model.sdpa_backends`: the attention kernels a CUDA forward may use (scgmem/llm/attention.py)."""
+"""`model.sdpa_backends`: the attention kernels a CUDA forward may use (scgmem/llm/local/attention.py)."""
 import contextlib
 
 import pytest
 import torch
 
-from scgmem.llm.attention import attention_kernels, check_backends
+from scgmem.llm.local.attention import attention_kernels, check_backends
 
 
 def test_default_names_validate_and_none_means_torch_choice():

@@ -3,8 +3,8 @@ merges several conversations prefills each conversation's shared prefix once."""
 import pytest
 
 from scgmem.llm import LLM
-from scgmem.llm.batch_plan import PrefillCounter, groups_apart, plan_batches, prefix_groups
-from scgmem.llm.prefix_cache import common_prefix_length
+from scgmem.llm.local.batch_plan import PrefillCounter, groups_apart, plan_batches, prefix_groups
+from scgmem.llm.local.prefix_cache import common_prefix_length
 
 TEMPLATE = [1, 2, 3]
 

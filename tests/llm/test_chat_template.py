@@ -6,7 +6,7 @@ from transformers import AutoTokenizer
 from transformers.utils import chat_template_utils
 
 from scgmem.llm.chat_template import ChatPolicy, render_messages, template_report
-from scgmem.llm.real_tokenizers import LLAMA32_TEMPLATE
+from scgmem.llm.doubles.real_tokenizers import LLAMA32_TEMPLATE
 
 # Llama 3.2's template, with its date logic (meta-llama/Llama-3.2-1B-Instruct tokenizer_config.json).
 LLAMA_STYLE = LLAMA32_TEMPLATE

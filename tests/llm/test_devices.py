@@ -10,8 +10,8 @@ from transformers import DynamicCache, LlamaConfig
 from scgmem.core.constraint import SchemaConstraint
 from scgmem.core.key_state import KeyTracker
 from scgmem.core.schema import TokenTrie
-from scgmem.llm.prefix_cache import layout_batch
-from scgmem.llm.sampling import SeededGumbelSampler, TokenLogprobRecorder
+from scgmem.llm.local.prefix_cache import layout_batch
+from scgmem.llm.local.sampling import SeededGumbelSampler, TokenLogprobRecorder
 
 META = torch.device("meta")
 EOS = [6]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scgmem.llm.prepare import main as prepare_main
+from scgmem.llm.local.prepare import main as prepare_main
 
 ROOT = Path(__file__).resolve().parents[2]
 

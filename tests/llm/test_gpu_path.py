@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from scgmem.llm.gqa_attention import gqa_sdpa_forward
-from scgmem.llm.oom import OomSplitter, is_out_of_memory
-from scgmem.llm.score_head import ScoreHead
-from scgmem.llm.static_decode import StaticDecode, kv_bytes_per_token, row_bucket, slot_bucket
+from scgmem.llm.local.gqa_attention import gqa_sdpa_forward
+from scgmem.llm.local.oom import OomSplitter, is_out_of_memory
+from scgmem.llm.local.score_head import ScoreHead
+from scgmem.llm.local.static_decode import StaticDecode, kv_bytes_per_token, row_bucket, slot_bucket
 
 SHARED = "Caroline went to the LGBTQ support group on 7 May 2023 and felt inspired. " * 3
 QUESTIONS = ["What did Caroline research?", "When did Melanie run a charity race?", "coffee", "Where is the lake?",

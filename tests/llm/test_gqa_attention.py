@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from scgmem.llm import LLM
-from scgmem.llm.gqa_attention import check_implementation, gqa_sdpa_forward
+from scgmem.llm.local.gqa_attention import check_implementation, gqa_sdpa_forward
 
 PROMPTS = ["Caroline went to the support group", "Melanie painted a sunrise by the lake; she loves hiking",
            "What did Caroline research?"]

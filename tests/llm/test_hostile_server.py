@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from scgmem.llm.http_client import JsonClient, ServerError
+from scgmem.llm.served.http_client import JsonClient, ServerError
 
 
 class Hostile(http.server.BaseHTTPRequestHandler):
@@ -91,7 +91,7 @@ def test_a_flood_is_refused_before_it_is_parsed(server):
 def test_retry_after_is_capped(server, monkeypatch):
     Hostile.mode = "retry_after"
     waits = []
-    monkeypatch.setattr("scgmem.llm.http_client.time.sleep", waits.append)
+    monkeypatch.setattr("scgmem.llm.served.http_client.time.sleep", waits.append)
     with pytest.raises(ServerError, match="HTTP 503"):
         JsonClient(server, retries=2, backoff_s=0.01, max_retry_after_s=5).post("/x", {})
     assert waits and max(waits) <= 5
@@ -108,7 +108,7 @@ def test_control_bytes_never_reach_the_terminal(server):
 @pytest.mark.parametrize("usage", [{"prompt_tokens": -5}, {"prompt_tokens": 10 ** 12}, {"completion_tokens": "7"},
                                    {"prompt_tokens": True}])
 def test_lies_about_usage_are_one_line_errors(server, usage):
-    from scgmem.llm.openai_compatible import OpenAICompatibleLLM
+    from scgmem.llm.served.openai_compatible import OpenAICompatibleLLM
 
     Hostile.mode = "usage:" + json.dumps(usage)
     llm = object.__new__(OpenAICompatibleLLM)

@@ -1,10 +1,10 @@
 """CUDA out-of-memory is not fatal: a batch that runs out of memory is halved and retried, with
-the same outputs, and counted (scgmem/llm/oom.py). The OOM is injected on the CPU."""
+the same outputs, and counted (scgmem/llm/local/oom.py). The OOM is injected on the CPU."""
 import pytest
 import torch
 
 from scgmem.llm import LLM
-from scgmem.llm.oom import OomSplitter
+from scgmem.llm.local.oom import OomSplitter
 
 
 def oom_above(rows: int, times: int | None = None):

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from scgmem.llm import LLM
-from scgmem.llm.prefix_cache import PrefixCache, batch_prefix_length, common_prefix_length
+from scgmem.llm.local.prefix_cache import PrefixCache, batch_prefix_length, common_prefix_length
 
 SHARED = ("Caroline went to the LGBTQ support group on 7 May 2023 and felt inspired. "
           "Melanie painted a sunrise by the lake; she loves hiking, camping and pottery. ") * 3

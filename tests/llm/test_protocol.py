@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from scgmem.llm.fake import ScriptedLLM
+from scgmem.llm.doubles.fake import ScriptedLLM
 from scgmem.llm.protocol import LanguageModel
 
 

@@ -19,7 +19,7 @@ METHODS = sorted(p.stem for p in (ROOT / "configs" / "method").glob("*.yaml"))
 
 @pytest.fixture(scope="module", params=["llama3.2", "qwen2.5"])
 def real_model(request, tmp_path_factory):
-    from scgmem.llm.tiny_real_models import build_tiny_real_model
+    from scgmem.llm.doubles.tiny_real_models import build_tiny_real_model
 
     return request.param, build_tiny_real_model(request.param, tmp_path_factory.mktemp(request.param))
 

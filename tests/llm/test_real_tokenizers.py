@@ -1,10 +1,10 @@
-"""The real Llama-3.2 and Qwen2.5 tokenizers (scgmem/llm/real_tokenizers.py) have the released
+"""The real Llama-3.2 and Qwen2.5 tokenizers (scgmem/llm/doubles/real_tokenizers.py) have the released
 models' facts, and a tiny random model with each builds, loads through `LLM` and generates."""
 from __future__ import annotations
 
 import pytest
 
-from scgmem.llm.real_tokenizers import QWEN25_SPECIALS, real_tokenizer
+from scgmem.llm.doubles.real_tokenizers import QWEN25_SPECIALS, real_tokenizer
 
 
 def test_llama32_facts():
@@ -35,7 +35,7 @@ def test_qwen25_facts():
 @pytest.mark.parametrize("family,eos", [("llama3.2", [128001, 128008, 128009]), ("qwen2.5", [151643, 151645])])
 def test_tiny_real_model_builds_and_generates(tmp_path, family, eos):
     from scgmem.llm import LLM
-    from scgmem.llm.tiny_real_models import build_tiny_real_model
+    from scgmem.llm.doubles.tiny_real_models import build_tiny_real_model
 
     folder = build_tiny_real_model(family, tmp_path / family)
     llm = LLM(name=family, path=str(folder), context_window=1024, batch_size=2, memo_entries=0)

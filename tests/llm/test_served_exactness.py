@@ -87,7 +87,7 @@ def _ingest(llm, conv, embedder, monkeypatch):
 @pytest.mark.slow
 def test_llguidance_bitmask_equals_the_trie_processor_on_session_1(smollm, session1, monkeypatch):
     from scgmem.core.recall import constrained_seeds
-    from scgmem.llm.fake import BagEmbedder
+    from scgmem.llm.doubles.fake import BagEmbedder
     from scgmem.llm.served.guidance_local import GuidanceLocalLLM
 
     torch.set_num_threads(1)

@@ -2,7 +2,7 @@
 import pytest
 
 from scgmem.llm import LLM
-from scgmem.llm.static_decode import row_bucket, slot_bucket
+from scgmem.llm.local.static_decode import row_bucket, slot_bucket
 
 SHARED = ("Caroline went to the LGBTQ support group on 7 May 2023 and felt inspired. "
           "Melanie painted a sunrise by the lake; she loves hiking, camping and pottery. ") * 2

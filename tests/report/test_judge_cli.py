@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from scgmem.llm.fake import ScriptedLLM
+from scgmem.llm.doubles.fake import ScriptedLLM
 from scgmem.report import cli, judged
 from scgmem.report.collect import collect
 from scgmem.report.tables import build_table1

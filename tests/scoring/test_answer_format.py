@@ -86,7 +86,7 @@ def test_pipeline_scores_the_field_records_the_reply_and_counts_fallbacks(tmp_pa
     from scgmem.harness.pipeline import Pipeline, RunState
     from scgmem.harness.run import CONFIG_DIR
     from scgmem.harness.summary import build_summary
-    from scgmem.llm.fake import ScriptedLLM
+    from scgmem.llm.doubles.fake import ScriptedLLM
 
     def reply(prompt: str) -> str:  # the date question: its own fenced object; the other: cut by the cap
         return '```json\n{"answer": "7 May 2023"}\n```' if "When did" in prompt else "a sunrise by the"

@@ -9,7 +9,7 @@ import pytest
 
 from scgmem.harness.judging import (JUDGE_SETTINGS, JUDGEMENTS, JudgeMismatch, judge_options, judge_records,
                                     judged_fraction, read_judgements)
-from scgmem.llm.fake import ScriptedLLM
+from scgmem.llm.doubles.fake import ScriptedLLM
 from scgmem.scoring.judge import NOT_MENTIONED, Judge, judge_scores
 from scgmem.scoring.judge_prompt import JUDGE_PROMPT_VERSION, judge_messages, parse_label
 from scgmem.scoring.metrics import average_ci, bootstrap_ci

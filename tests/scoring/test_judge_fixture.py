@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from experiments.judge_agreement import judge_fixture, read_fixture, report
-from scgmem.llm.fake import ScriptedLLM
+from scgmem.llm.doubles.fake import ScriptedLLM
 from scgmem.scoring.judge import NOT_MENTIONED, agreement
 
 ROOT = Path(__file__).resolve().parents[2]

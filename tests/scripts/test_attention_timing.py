@@ -1,7 +1,7 @@
 """bench_compute_bound's attention term times the attention function the run's model calls."""
 import pytest
 
-import scgmem.llm.gqa_attention as gqa
+import scgmem.llm.local.gqa_attention as gqa
 from scripts.bench_compute_bound import TINY, attention_dims, run_attention
 from scripts.gemm_timing import attention_function, build_kernel
 

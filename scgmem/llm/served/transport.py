@@ -13,7 +13,7 @@ import re
 import threading
 from typing import Sequence
 
-from scgmem.llm.http_client import JsonClient, ServerError
+from scgmem.llm.served.http_client import JsonClient, ServerError
 from scgmem.llm.served.dialect import BadReply, Continuation, EngineDialect, NextTokens
 
 log = logging.getLogger(__name__)

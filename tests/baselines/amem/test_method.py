@@ -9,7 +9,7 @@ import pytest
 from scgmem.baselines.amem import prompts as P
 from scgmem.baselines.amem.method import AMem, note_content
 from scgmem.api import Conversation, Turn
-from scgmem.llm.fake import ScriptedLLM
+from scgmem.llm.doubles.fake import ScriptedLLM
 from tests.baselines import CONV, BagEmbedder, conversation, measured_ingest
 
 RNG = np.random.default_rng(0)

@@ -9,7 +9,7 @@ import pytest
 from scgmem.baselines.memgpt.method import (FAILED_HEARTBEAT, PREFIX, REQ_HEARTBEAT, SESSION_END, AgentState, MemGPT,
                               longest_content_word, parse_call)
 from scgmem.api import Conversation
-from scgmem.llm.fake import ScriptedLLM
+from scgmem.llm.doubles.fake import ScriptedLLM
 from tests.baselines import CONV, BagEmbedder, conversation, measured_ingest
 
 RNG = np.random.default_rng(0)

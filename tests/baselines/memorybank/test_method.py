@@ -14,7 +14,7 @@ from scgmem.baselines.memorybank.method import MemoryBank
 from scgmem.baselines.memorybank.forgetting import ForgettingCurve
 from scgmem.baselines.memorybank.units import pair_turns
 from scgmem.data.locomo import load_locomo
-from scgmem.llm.fake import ScriptedLLM
+from scgmem.llm.doubles.fake import ScriptedLLM
 from tests.baselines import CountingLLM
 from tests.baselines.memorybank.inputs import THREE, BagEmbedder, build, conv_of, session, summaries
 

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from scgmem.baselines.rag.dense import DenseRAG
 from scgmem.baselines.rag.locomo import LoCoMoRAG, split_dia_ids
 from scgmem.data.locomo import load_locomo
-from scgmem.llm.fake import ScriptedLLM
+from scgmem.llm.doubles.fake import ScriptedLLM
 from tests.baselines import CONV
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"

@@ -14,7 +14,7 @@ from scgmem.baselines.readagent.method import ReadAgent
 from scgmem.baselines.readagent.prompts import parse_break_point, parse_lookup_brackets, parse_lookup_lenient, parse_sequential
 from scgmem.api import Conversation, Session, Turn
 from scgmem.data.locomo import load_locomo
-from scgmem.llm.fake import ScriptedLLM
+from scgmem.llm.doubles.fake import ScriptedLLM
 from tests.baselines import CountingLLM
 
 DATE = "1:56 pm on 8 May, 2023"

@@ -16,7 +16,7 @@ nothing. On a float32 model it does nothing.
 The head's `forward` is replaced on the instance (not the module), so parameter names,
 tied weights and `save_pretrained` are unchanged.
 
-Under torch.compile (`model.compile`, scgmem/llm/static_decode.py) the replaced `forward` is traced
+Under torch.compile (`model.compile`, scgmem/llm/local/static_decode.py) the replaced `forward` is traced
 into the decode graph, and dynamo guards on every Python value it reads. So it reads only `_on`
 (two graphs per shape: scored and not) and the float32 copy, made in `float32()` before the first
 forward; the call counter is kept there too (issue 40, item 1: a counter bumped inside `forward`
@@ -69,7 +69,7 @@ class ScoreHead:
     @property
     def copy_bytes(self) -> int:
         """Bytes the float32 copy of the head takes once made (0 when the head never switches):
-        151,936 x 2,048 x 4 = 1.2 GB for Qwen2.5-3B. A memory plan counts it (`scgmem.llm.static_decode`)."""
+        151,936 x 2,048 x 4 = 1.2 GB for Qwen2.5-3B. A memory plan counts it (`scgmem.llm.local.static_decode`)."""
         if not self.active:
             return 0
         return self.head.weight.numel() * 4 + (0 if getattr(self.head, "bias", None) is None else self.head.bias.numel() * 4)

@@ -25,21 +25,21 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorLis
 from transformers.generation.stopping_criteria import StopStringCriteria
 
 from scgmem.config_resolvers import DEFAULT_CAP_PROFILE, check_cap_profile
-from scgmem.llm.attention import attention_kernels, check_backends
-from scgmem.llm.batch_plan import split_call
+from scgmem.llm.local.attention import attention_kernels, check_backends
+from scgmem.llm.local.batch_plan import split_call
 from scgmem.llm.chat_template import (DEFAULT_DATE, DEFAULT_SYSTEM_PROMPT, ChatPolicy, eos_token_ids, render_messages,
                                       template_report)
 from scgmem.llm.constraint_spec import KeyConstraint
-from scgmem.llm.generation import SettingsLog, effective_settings, explicit_config, neutralise
-from scgmem.llm.gqa_attention import check_implementation
-from scgmem.llm.loading import model_identity, resolve_model_dir
-from scgmem.llm.memo import cut_at_eos, recall_memo
-from scgmem.llm.oom import OomSplitter
-from scgmem.llm.prefix_cache import PrefixCache, cache_keyword, layout_batch
+from scgmem.llm.local.generation import SettingsLog, effective_settings, explicit_config, neutralise
+from scgmem.llm.local.gqa_attention import check_implementation
+from scgmem.llm.local.loading import model_identity, resolve_model_dir
+from scgmem.llm.local.memo import cut_at_eos, recall_memo
+from scgmem.llm.local.oom import OomSplitter
+from scgmem.llm.local.prefix_cache import PrefixCache, cache_keyword, layout_batch
 from scgmem.llm.protocol import Generation, ProcessorFactory, TokenizerFacts  # noqa: F401 (re-exported)
-from scgmem.llm.sampling import SeededGumbelSampler, TokenLogprobRecorder
-from scgmem.llm.score_head import ScoreHead
-from scgmem.llm.static_decode import StaticDecode
+from scgmem.llm.local.sampling import SeededGumbelSampler, TokenLogprobRecorder
+from scgmem.llm.local.score_head import ScoreHead
+from scgmem.llm.local.static_decode import StaticDecode
 from scgmem.llm.usage import UsageMeter
 
 log = logging.getLogger(__name__)
@@ -68,21 +68,21 @@ class LLM(TokenizerFacts):
         cap_profile: which of the generation caps the method and protocol configs state per profile
             apply to this model ("embedded" | "paper", `scgmem.config_resolvers`); kept here only to be reported.
         prefix_cache: keep the KV states of shared prompt prefixes and prefill them once
-            (`scgmem.llm.prefix_cache`); same outputs up to float rounding. Not used with beam search.
+            (`scgmem.llm.local.prefix_cache`); same outputs up to float rounding. Not used with beam search.
         prefix_cache_min_tokens / prefix_cache_max_tokens: shortest prefix worth reusing; most
             prefix tokens kept (46 KB each for SmolLM2-135M in float32).
         memo_entries: generations kept for identical calls (same prompt, seed and settings,
             no extra processors), within one job (`begin_job` empties it, so another job's
             answers never reach this one); 0 = off. Exact up to the float rounding of batch composition.
-        sdpa_backends: the attention kernels a CUDA forward may use (`scgmem.llm.attention`;
+        sdpa_backends: the attention kernels a CUDA forward may use (`scgmem.llm.local.attention`;
             default: not cuDNN's, which re-plans at every new KV length); None = torch's choice.
-        attn_implementation: "gqa_sdpa" (attention without K/V copies, `scgmem.llm.gqa_attention`),
+        attn_implementation: "gqa_sdpa" (attention without K/V copies, `scgmem.llm.local.gqa_attention`),
             or transformers' "sdpa" / "eager".
         static_cache / compile: greedy and sampled calls decode on a static KV cache, compiled with
-            `compile` (`scgmem.llm.static_decode`; compile implies static_cache). Beam search stays eager.
+            `compile` (`scgmem.llm.local.static_decode`; compile implies static_cache). Beam search stays eager.
         score_dtype: "float32": calls with extra processors (SCG-Mem's constrained calls, whose
             log-probs are recorded and ranked) compute the output head in float32 on a bf16/fp16
-            model (`scgmem.llm.score_head`); "model": the model's dtype.
+            model (`scgmem.llm.local.score_head`); "model": the model's dtype.
     """
 
     def __init__(
@@ -147,7 +147,7 @@ class LLM(TokenizerFacts):
         self.device = self.model.device
         self.eos_token_ids = self._eos_ids()
         # The checkpoint's decoding defaults (e.g. Qwen2.5's repetition_penalty 1.05) never apply:
-        # every call passes its complete configuration (scgmem.llm.generation).
+        # every call passes its complete configuration (scgmem.llm.local.generation).
         self.model_generation_defaults = neutralise(self.model)
         self.score_head = ScoreHead(self.model, score_dtype)
         self._stop_criteria: dict[tuple[str, ...], StopStringCriteria] = {}
@@ -159,7 +159,7 @@ class LLM(TokenizerFacts):
         self.memo_entries = memo_entries
         self.memo: OrderedDict | None = OrderedDict() if memo_entries else None
         self.sdpa_backends = check_backends(sdpa_backends)
-        self.oom = OomSplitter()  # a batch out of GPU memory is split, not fatal (scgmem/llm/oom.py)
+        self.oom = OomSplitter()  # a batch out of GPU memory is split, not fatal (scgmem/llm/local/oom.py)
         self.static = (StaticDecode(self.model, compile=compile, max_batch_tokens=max_batch_tokens,  # issue 40: plan in bytes
                                     reserved_bytes=self.score_head.copy_bytes) if (static_cache or compile) else None)
         self._shared = 0  # prefix tokens shared by the batch `_layout` laid out last
@@ -246,7 +246,7 @@ class LLM(TokenizerFacts):
             temperature: 0 = greedy; > 0 = sampling with one seed per prompt (`seeds`).
             processors: factory for extra logits processors (applied before sampling).
             constraint: a `KeyConstraint`, compiled into the schema processor
-                (`scgmem.llm.local_constraint`); fills each Generation's raw log-probs.
+                (`scgmem.llm.local.constraint`); fills each Generation's raw log-probs.
             num_beams / num_return_sequences: beam search (greedy within beams);
                 `length_penalty=0` ranks beams by their cumulative log-probability.
             stop: strings at which generation stops (checked during generation) and the
@@ -265,7 +265,7 @@ class LLM(TokenizerFacts):
                                  num_return_sequences=num_return_sequences, length_penalty=length_penalty,
                                  eos_token_ids=self.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id)
         if constraint is not None:
-            from scgmem.llm.local_constraint import LocalKeyConstraint  # local: it imports the core's processor
+            from scgmem.llm.local.constraint import LocalKeyConstraint  # local: it imports the core's processor
             processors = LocalKeyConstraint(constraint, pad_id=self.tokenizer.pad_token_id, beams=num_beams > 1)
         names = [] if processors is None else ["SchemaDecoding" if constraint is not None else type(processors).__name__]
         self.settings_log.record(
@@ -299,7 +299,7 @@ class LLM(TokenizerFacts):
 
     def _batches(self, pending: list[int], prompts: Sequence[str], encoded: dict, max_new_tokens: int,
                  num_beams: int) -> list[list[int]]:
-        """The pending prompts in forward batches (`scgmem.llm.batch_plan.split_call`): sorted by
+        """The pending prompts in forward batches (`scgmem.llm.local.batch_plan.split_call`): sorted by
         length, rows sharing a long prefix together when the prefix cache serves the call."""
         cache = self.prefix_cache if num_beams <= 1 else None
         static = self.static if num_beams <= 1 else None  # a static cache's batches are planned padded
@@ -381,7 +381,7 @@ class LLM(TokenizerFacts):
     def _layout(self, rows: list[list[int]], num_beams: int):
         """The batch's input ids and attention mask, (batch, width), on the model's device, plus
         the KV states of a prefix shared by all rows (or None) and the prompt tokens they spare.
-        Layout: `scgmem.llm.prefix_cache.layout_batch`."""
+        Layout: `scgmem.llm.local.prefix_cache.layout_batch`."""
         shared, states, reused = 0, None, 0
         if self.prefix_cache is not None and num_beams <= 1:
             shared, states, reused = self.prefix_cache.batch_states(rows, repeat=self.static is None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scgmem.llm.real_tokenizers import MODEL_FACTS, tokenizer_dir
+from scgmem.llm.doubles.real_tokenizers import MODEL_FACTS, tokenizer_dir
 
 
 def build_tiny_real_model(family: str, folder: Path, *, hidden: int = 64, layers: int = 2, seed: int = 0,

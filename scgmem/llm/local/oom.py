@@ -7,7 +7,7 @@ fragmented allocator or a neighbour job (`launcher=gpu_shared`) that holds more 
 planned. Losing a 3-hour run to that is worse than running one batch in smaller pieces.
 
 Outputs: a row's output does not depend on which rows share its batch up to the float rounding
-of batch composition (`scgmem.llm.backend`), so a split changes nothing on a float32 model and
+of batch composition (`scgmem.llm.local.backend`), so a split changes nothing on a float32 model and
 at most that rounding on bf16; the splits are counted (`OomSplitter.report`, in summary.json
 under `generation.oom`) so a run whose batches were split says so.
 
@@ -18,7 +18,7 @@ What counts as out of memory (issue 40, item 4): the caching allocator raises
 kernel loads ("CUDA error: out of memory"). `is_out_of_memory` recognises those by message. Before a
 retry, `free_cuda_cache` calls the releases registered by whatever holds memory the allocator's
 `empty_cache` cannot return (`register_release`: the static KV caches and CUDA graph pools of
-`scgmem.llm.static_decode`), then empties the cache.
+`scgmem.llm.local.static_decode`), then empties the cache.
 
 Example::
 

