@@ -31,7 +31,8 @@ GROWTH = 8
 def next_logprobs(decoder: KeyDecoder, prompt_ids: Sequence[int], allowed: list[int], need: int) -> dict[int, float]:
     """Raw log-probs of the allowed tokens that can reach the table's top (see module docstring)."""
     cap = decoder.t.max_top_n
-    top_n = min(FIRST_TOP_N, cap) if cap else FIRST_TOP_N
+    first = getattr(decoder.t, "first_top_n", None) or FIRST_TOP_N
+    top_n = min(first, cap) if cap else first
     while True:
         got: NextTokens = decoder.t.next_tokens(prompt_ids, allowed, top_n)
         decoder.counted()

@@ -65,11 +65,13 @@ class EngineDialect:
         name: "llamacpp", "vllm" or "sglang" (`model.engine`).
         route: where raw log-probs come from on this engine (recorded in summary.json).
         max_top_n: the largest top-n list the engine returns per position (None = no cap known).
+        first_top_n: the list length a beam expansion asks for first (None = the client's default).
     """
 
     name = "base"
     route = "none"
     max_top_n: int | None = None
+    first_top_n: int | None = None
 
     def __init__(self, model_id: str) -> None:
         self.model_id = model_id

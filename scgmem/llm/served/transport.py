@@ -67,7 +67,7 @@ class HttpTransport:
 
     def __init__(self, pool: ServerPool, dialect: EngineDialect, affinity: int = 0) -> None:
         self.pool, self.dialect, self.affinity = pool, dialect, affinity
-        self.max_top_n = dialect.max_top_n
+        self.max_top_n, self.first_top_n = dialect.max_top_n, dialect.first_top_n
 
     def _ask(self, path_body: tuple[str, dict], read):
         path, body = path_body
