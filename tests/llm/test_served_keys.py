@@ -62,7 +62,7 @@ def test_requests_are_counted_across_beam_threads(pair):
 
     local, served, schema = pair
     constraint = KeyConstraint(schema.trie, terminator=schema.terminator, end_id=key_end_id(local), max_keys=1)
-    decoder = KeyDecoder(served.engine, constraint, n_eos=len(local.eos_ids), where="test")
+    decoder = KeyDecoder(served.engine, constraint, where="test")
     beam_search(decoder, local.encode(prompts(local)[0]), num_beams=4, max_new_tokens=schema.trie.max_depth,
                 eos_ids=local.eos_ids, num_return_sequences=4)
     assert decoder.requests >= 4  # one per live beam and step, counted under the lock without a deadlock

@@ -33,10 +33,11 @@ def next_logprobs(decoder: KeyDecoder, prompt_ids: Sequence[int], allowed: list[
     cap = decoder.t.max_top_n
     first = getattr(decoder.t, "first_top_n", None) or FIRST_TOP_N
     top_n = min(first, cap) if cap else first
+    wanted = set(allowed)
     while True:
         got: NextTokens = decoder.t.next_tokens(prompt_ids, allowed, top_n)
         decoder.counted()
-        listed = {t: lp for t, lp in got.logprobs.items() if t in set(allowed)}
+        listed = {t: lp for t, lp in got.logprobs.items() if t in wanted}
         if got.complete or len(listed) >= min(need, len(allowed)):
             return listed
         if cap is not None and top_n >= cap:

@@ -53,7 +53,7 @@ class ConstrainedCalls:
 
         def one(i: int) -> tuple[list[Generation], int]:
             decoder = KeyDecoder(HttpTransport(self.pool, self.dialect, affinity=i), constraint,
-                                 n_eos=len(self.eos_ids), where=self.pool.urls[0])
+                                 where=self.pool.urls[0])
             if num_beams > 1:
                 gens = beam_search(decoder, prompt_ids[i], num_beams=num_beams, max_new_tokens=max_new_tokens,
                                    eos_ids=self.eos_ids, num_return_sequences=num_return_sequences)

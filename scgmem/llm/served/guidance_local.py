@@ -95,7 +95,7 @@ class GuidanceLocalLLM:
         max_new, beams = kwargs.get("max_new_tokens", 64), kwargs.get("num_beams", 1)
         for prompt in prompts:
             ids = self._llm.encode(prompt)
-            decoder = KeyDecoder(self.engine, constraint, n_eos=len(self._llm.eos_ids), where="in-process llguidance")
+            decoder = KeyDecoder(self.engine, constraint, where="in-process llguidance")
             if beams > 1:
                 gens = beam_search(decoder, ids, num_beams=beams, max_new_tokens=max_new, eos_ids=self._llm.eos_ids,
                                    num_return_sequences=kwargs.get("num_return_sequences", beams))

@@ -24,14 +24,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-
 from scgmem.llm.constraint_spec import KeyConstraint
 from scgmem.llm.protocol import Generation
 from scgmem.llm.served.dialect import BadReply, Continuation, NextTokens
 from scgmem.llm.served.lark_trie import key_grammar, spent
-
-NO_NODE = -1
-
 
 class Transport(Protocol):
     max_top_n: int | None
@@ -61,13 +57,11 @@ class KeyDecoder:
     """Args:
         transport: the engine.
         constraint: what may be generated.
-        n_eos: the model's end-of-sequence ids (transformers keeps `max(2, 1 + n_eos) * b`
-            candidates per step, which changes which beams survive).
         where: the server, for error messages.
     """
 
-    def __init__(self, transport: Transport, constraint: KeyConstraint, *, n_eos: int, where: str) -> None:
-        self.t, self.c, self.n_eos, self.where = transport, constraint, n_eos, where
+    def __init__(self, transport: Transport, constraint: KeyConstraint, *, where: str) -> None:
+        self.t, self.c, self.where = transport, constraint, where
         self.trie = constraint.trie
         self.requests = 0
         self._count_lock = threading.Lock()  # beam expansions count from several threads
@@ -139,8 +133,6 @@ class KeyDecoder:
                 ids += body[:-1]
                 lps = None if lps is None or raw is None else lps + raw[:-1]
                 end_lp = None if raw is None else raw[-1]
-                if raw is None:
-                    lps = None
                 break
             ids += body
             lps = None if lps is None or raw is None else lps + raw

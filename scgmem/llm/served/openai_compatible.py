@@ -79,8 +79,7 @@ class OpenAICompatibleLLM:
                  timeout_s: float = 300.0, retries: int = 5, backoff_s: float = 1.0, top_p: float = 1.0,
                  seed: int = 0, prefill: bool = False, logprobs: bool = False, cap_profile: str = DEFAULT_CAP_PROFILE,
                  api: str = "chat", engine: str | None = None, engine_options: dict | None = None) -> None:
-        urls = [str(u) for u in base_url] if isinstance(base_url, (list, tuple)) or hasattr(base_url, "__len__") \
-            and not isinstance(base_url, str) else [base_url]
+        urls = [base_url] if base_url is None or isinstance(base_url, str) else [str(u) for u in base_url]
         base_url = urls[0] if urls else ""
         if not base_url or base_url == "???":
             raise ValueError("model.base_url is required, e.g. model.base_url=http://127.0.0.1:8000/v1")
@@ -281,7 +280,8 @@ class OpenAICompatibleLLM:
                                   "early_stopping": False, "temperature": float(temperature)},
                                  calls=len(prompts), max_new_tokens=max_new_tokens, temperature=temperature, stop=())
         limit = self.context_window - max_new_tokens
-        ids = [(lambda x: x[len(x) - limit:] if len(x) > limit else x)(self.encode(p)) for p in prompts]
+        encoded = [self.encode(p) for p in prompts]
+        ids = [x[max(0, len(x) - limit):] for x in encoded]  # the end of an over-long prompt, as locally
         before = self.constrained.requests
         gens = self.constrained.generate(ids, constraint, max_new_tokens=max_new_tokens, temperature=temperature,
                                          seeds=seeds if seeds is not None else [self.seed] * len(prompts),
