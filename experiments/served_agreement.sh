@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1
 SLICE="data.samples=[conv-26] data.max_sessions=4 run.use_memory_cache=false run.progress=false"
 G=$(.venv/bin/python -c "from scgmem.llm.served.llamacpp_server import bundled_gguf; print(bundled_gguf())")
-T=/root/.cache/scgmem/models/SmolLM2-135M-Instruct.Q4_1
+T=$HOME/.cache/scgmem/models/SmolLM2-135M-Instruct.Q4_1   # make install de-quantises the GGUF there
 mkdir -p "${OUT:-results/served/agreement_runs}"
 case "${1:-}" in
 local) /usr/bin/time -v .venv/bin/scgmem-run method=scgmem $SLICE hydra.run.dir=${OUT:-results/served/agreement_runs}/local ;;
