@@ -94,8 +94,9 @@ class SCGMem(MemoryMethod):
         super().__init__(llm, embedder)
         if getattr(llm, "served", False) and not llm.applies_constraints:  # a server without a grammar engine
             raise ValueError("SCG-Mem needs token-level constrained decoding (its schema constraint and raw "
-                             "log-probs): set model.engine=vllm|sglang|llamacpp (llguidance token-id grammars) "
-                             "and model.tokenizer, or use the local backend")
+                             "log-probs): set model.engine to a serving engine with llguidance token-id grammars "
+                             "(python -m scgmem.llm.served.engines lists them) and model.tokenizer, or use the "
+                             "local backend")
         for name, value, low in (("k", k, 1), ("hops", hops, 0), ("num_beams", num_beams, 1),
                                  ("ingest_batch_size", ingest_batch_size, 1), ("max_keywords", max_keywords, 1)):
             check_int(name, value, low)

@@ -1,7 +1,7 @@
 """Constrained `generate` of the served backend: a `KeyConstraint` on a serving engine.
 
-`ConstrainedCalls` holds the engine's dialect and the server pool; `generate` runs one
-`KeyDecoder` per prompt (greedy lists key by key, or the client-side beam search), prompts in
+`ConstrainedCalls` holds the engine's dialect (`engines.make_dialect`) and the server pool;
+`generate` runs one `KeyDecoder` per prompt (greedy lists key by key, or the client-side beam search), prompts in
 flight side by side on a bounded thread pool (a serving engine batches them), results assembled
 in prompt order, so a deterministic engine gives the same lists run after run.
 """
@@ -15,22 +15,7 @@ from scgmem.llm.protocol import Generation
 from scgmem.llm.served.beams import beam_search
 from scgmem.llm.served.dialect import EngineDialect, Unsupported
 from scgmem.llm.served.keys import KeyDecoder
-from scgmem.llm.served.llamacpp import LlamaCppDialect
-from scgmem.llm.served.sglang import SGLangDialect
 from scgmem.llm.served.transport import HttpTransport, ServerPool
-from scgmem.llm.served.vllm import VLLMDialect
-
-ENGINES = {"llamacpp": LlamaCppDialect, "vllm": VLLMDialect, "sglang": SGLangDialect}
-
-
-def make_dialect(engine: str, model_id: str, options: dict | None = None) -> EngineDialect:
-    """The dialect of `model.engine` (`options`: the dialect's keywords, `model.engine_options`)."""
-    if engine not in ENGINES:
-        raise ValueError(f"model.engine must be one of {sorted(ENGINES)}, got {engine!r}")
-    try:
-        return ENGINES[engine](model_id, **dict(options or {}))
-    except TypeError as e:
-        raise ValueError(f"model.engine_options: {e}") from None
 
 
 class ConstrainedCalls:

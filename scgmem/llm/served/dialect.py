@@ -20,6 +20,7 @@ log-probs come from; it goes into summary.json.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from numbers import Integral
 from typing import Sequence
 
 
@@ -59,10 +60,15 @@ class NextTokens:
 
 
 class EngineDialect:
-    """Base of the engine dialects; a subclass overrides what its engine can do.
+    """Base of the engine dialects (one file per engine, registered by name in `engines`).
+
+    The public methods check the caller's arguments once, for every engine (a bad one is a
+    `ValueError` naming it: the caller's error, not the server's), and that a reply is a JSON
+    object; they then hand plain lists of ints to the `build_*` / `parse_*` hooks, which a subclass
+    overrides for what its engine can do. A hook left alone raises `Unsupported`.
 
     Attributes:
-        name: "llamacpp", "vllm" or "sglang" (`model.engine`).
+        name: the engine's name (`model.engine`), which is its module's file name.
         route: where raw log-probs come from on this engine (recorded in summary.json).
         max_top_n: the largest top-n list the engine returns per position (None = no cap known).
         first_top_n: the list length a beam expansion asks for first (None = the client's default).
@@ -76,24 +82,82 @@ class EngineDialect:
     def __init__(self, model_id: str) -> None:
         self.model_id = model_id
 
+    # -- the three questions: arguments checked here, bodies and replies in the hooks ---------------
+
     def continue_body(self, prompt_ids: Sequence[int], grammar: str, *, max_tokens: int, temperature: float,
                       seed: int) -> tuple[str, dict]:
-        raise Unsupported(f"{self.name}: grammar-constrained continuation is not available")
+        """(path, body) of a continuation of `prompt_ids` under the llguidance `grammar`."""
+        if not isinstance(grammar, str) or not grammar:
+            raise ValueError(f"grammar must be a non-empty string, got {grammar!r:.40}")
+        return self.build_continue(caller_ids(prompt_ids, "prompt_ids"), grammar,
+                                   max_tokens=positive(max_tokens, "max_tokens"),
+                                   temperature=temperature, seed=seed)
 
     def read_continue(self, reply: dict) -> Continuation:
-        raise Unsupported(f"{self.name}: grammar-constrained continuation is not available")
+        return self.parse_continue(self.reply_object(reply))
 
     def next_body(self, prompt_ids: Sequence[int], allowed: Sequence[int], top_n: int) -> tuple[str, dict]:
-        raise Unsupported(f"{self.name}: next-token log-probs are not available")
+        """(path, body) asking for the raw log-probs of `allowed` after `prompt_ids`; `top_n` (capped
+        at `max_top_n`) is the list length for an engine that returns only its top list."""
+        allowed = caller_ids(allowed, "allowed")
+        if not allowed:
+            raise ValueError("allowed must name at least one token id")
+        top_n = positive(top_n, "top_n")
+        return self.build_next(caller_ids(prompt_ids, "prompt_ids"), allowed,
+                               top_n if self.max_top_n is None else min(top_n, self.max_top_n))
 
     def read_next(self, reply: dict, allowed: Sequence[int]) -> NextTokens:
-        raise Unsupported(f"{self.name}: next-token log-probs are not available")
+        return self.parse_next(self.reply_object(reply), caller_ids(allowed, "allowed"))
 
     def score_body(self, prompt_ids: Sequence[int], continuation: Sequence[int]) -> tuple[str, dict]:
-        raise Unsupported(f"{self.name}: scoring a given continuation is not available")
+        """(path, body) asking for the raw log-probs of `continuation` after `prompt_ids`."""
+        prompt_ids, continuation = caller_ids(prompt_ids, "prompt_ids"), caller_ids(continuation, "continuation")
+        if not prompt_ids or not continuation:
+            raise ValueError("scoring needs a non-empty prompt (position 0 has no log-prob) and continuation")
+        return self.build_score(prompt_ids, continuation)
 
     def read_score(self, reply: dict, prompt_len: int, continuation: Sequence[int]) -> list[float]:
+        return self.parse_score(self.reply_object(reply), prompt_len, caller_ids(continuation, "continuation"))
+
+    # -- what a subclass writes --------------------------------------------------------------------
+
+    def build_continue(self, prompt_ids: list[int], grammar: str, *, max_tokens: int, temperature: float,
+                       seed: int) -> tuple[str, dict]:
+        raise Unsupported(f"{self.name}: grammar-constrained continuation is not available")
+
+    def parse_continue(self, reply: dict) -> Continuation:
+        raise Unsupported(f"{self.name}: grammar-constrained continuation is not available")
+
+    def build_next(self, prompt_ids: list[int], allowed: list[int], top_n: int) -> tuple[str, dict]:
+        raise Unsupported(f"{self.name}: next-token log-probs are not available")
+
+    def parse_next(self, reply: dict, allowed: list[int]) -> NextTokens:
+        raise Unsupported(f"{self.name}: next-token log-probs are not available")
+
+    def build_score(self, prompt_ids: list[int], continuation: list[int]) -> tuple[str, dict]:
         raise Unsupported(f"{self.name}: scoring a given continuation is not available")
+
+    def parse_score(self, reply: dict, prompt_len: int, continuation: list[int]) -> list[float]:
+        raise Unsupported(f"{self.name}: scoring a given continuation is not available")
+
+    # -- reading replies: every BadReply names the engine and the field ----------------------------
+
+    def reply_object(self, reply) -> dict:
+        if not isinstance(reply, dict):
+            raise BadReply(f"{self.name}: reply is {type(reply).__name__}, expected an object")
+        return reply
+
+    def required(self, obj, key: str, where: str):
+        """`obj[key]` of a reply, or a BadReply naming the field."""
+        if not isinstance(obj, dict) or key not in obj:
+            raise BadReply(f"{self.name}: {where}.{key} is missing")
+        return obj[key]
+
+    def listed(self, value, where: str) -> list:
+        """A reply's value that must be a list."""
+        if not isinstance(value, list):
+            raise BadReply(f"{self.name}: {where} is {type(value).__name__}, expected a list")
+        return value
 
 
 def number(value, where: str) -> float:
@@ -115,23 +179,18 @@ def token_id(value, where: str, vocab_size: int | None = None) -> int:
 
 
 def caller_ids(values: Sequence[int], what: str) -> list[int]:
-    """A caller's token ids as a plain list (a bad one is the caller's error, not the server's)."""
+    """A caller's token ids as a plain list of ints (a bad one is the caller's error, not the server's)."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ValueError(f"{what}: expected a sequence of token ids, got {type(values).__name__}")
     out = list(values)
     for v in out:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, Integral) or v < 0:
             raise ValueError(f"{what}: {v!r} is not a token id")
-    return out
+    return [int(v) for v in out]
 
 
-def field(obj, key: str, where: str, engine: str):
-    """`obj[key]` of a reply, or a BadReply naming the engine and the field."""
-    if not isinstance(obj, dict) or key not in obj:
-        raise BadReply(f"{engine}: {where}.{key} is missing")
-    return obj[key]
-
-
-def listed(value, where: str, engine: str) -> list:
-    """A reply's value that must be a list."""
-    if not isinstance(value, list):
-        raise BadReply(f"{engine}: {where} is {type(value).__name__}, expected a list")
-    return value
+def positive(value, what: str) -> int:
+    """A caller's count that must be a positive int."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+        raise ValueError(f"{what} must be a positive int, got {value!r}")
+    return int(value)

@@ -17,9 +17,8 @@ so greedy decoding under the grammar is the argmax over the allowed tokens, as l
 """
 from __future__ import annotations
 
-from typing import Sequence
-
 from scgmem.llm.served.dialect import BadReply, Continuation, EngineDialect, NextTokens, number, token_id
+from scgmem.llm.served.engines import register_engine
 
 PATH = "/completion"  # the server root's native endpoint, beside /v1
 NEUTRAL = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0,
@@ -28,7 +27,14 @@ NEUTRAL = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repeat_pen
 MAX_TOP_N = 1 << 16  # past the vocabulary, the whole distribution
 
 
+@register_engine
 class LlamaCppDialect(EngineDialect):
+    """llama.cpp's server (`llama-server`, or xllamacpp's) on its native /completion.
+
+    Args:
+        model_id: the served GGUF (recorded; /completion serves the one model the server loaded).
+    """
+
     name = "llamacpp"
     route = "generation log-probs (llama.cpp's n_probs are raw); next token: n_probs top list"
     max_top_n = MAX_TOP_N
@@ -36,15 +42,15 @@ class LlamaCppDialect(EngineDialect):
     # 4,096 first 50 requests and 8.7 s (the list is one sort of the vocabulary either way)
     first_top_n = 4096
 
-    def continue_body(self, prompt_ids: Sequence[int], grammar: str, *, max_tokens: int, temperature: float,
-                      seed: int) -> tuple[str, dict]:
+    def build_continue(self, prompt_ids: list[int], grammar: str, *, max_tokens: int, temperature: float,
+                       seed: int) -> tuple[str, dict]:
         header = "" if grammar.startswith("%llguidance") else "%llguidance {}\n"
-        return PATH, {**NEUTRAL, "prompt": [int(t) for t in prompt_ids], "n_predict": int(max_tokens),
+        return PATH, {**NEUTRAL, "prompt": prompt_ids, "n_predict": max_tokens,
                       "temperature": float(temperature), "seed": int(seed), "n_probs": 1,
                       "grammar": header + grammar}
 
-    def read_continue(self, reply: dict) -> Continuation:
-        probs = _list(reply, "completion_probabilities")
+    def parse_continue(self, reply: dict) -> Continuation:
+        probs = self.listed(reply.get("completion_probabilities"), "completion_probabilities")
         ids, lps = [], []
         for i, entry in enumerate(probs):
             where = f"completion_probabilities[{i}]"
@@ -58,12 +64,11 @@ class LlamaCppDialect(EngineDialect):
         finish = "length" if reply.get("stop_type") == "limit" else "stop"
         return Continuation(ids, lps, finish)
 
-    def next_body(self, prompt_ids: Sequence[int], allowed: Sequence[int], top_n: int) -> tuple[str, dict]:
-        return PATH, {**NEUTRAL, "prompt": [int(t) for t in prompt_ids], "n_predict": 1, "temperature": 0.0,
-                      "n_probs": int(top_n)}
+    def build_next(self, prompt_ids: list[int], allowed: list[int], top_n: int) -> tuple[str, dict]:
+        return PATH, {**NEUTRAL, "prompt": prompt_ids, "n_predict": 1, "temperature": 0.0, "n_probs": top_n}
 
-    def read_next(self, reply: dict, allowed: Sequence[int]) -> NextTokens:
-        probs = _list(reply, "completion_probabilities")
+    def parse_next(self, reply: dict, allowed: list[int]) -> NextTokens:
+        probs = self.listed(reply.get("completion_probabilities"), "completion_probabilities")
         if not probs or not isinstance(probs[0], dict):
             raise BadReply("completion_probabilities[0]: missing")
         top = probs[0].get("top_logprobs")
@@ -80,20 +85,14 @@ class LlamaCppDialect(EngineDialect):
         return NextTokens({t: lp for t, lp in listed.items() if t in wanted}, complete=wanted <= listed.keys(),
                           floor=floor)
 
-    def score_body(self, prompt_ids: Sequence[int], continuation: Sequence[int]) -> tuple[str, dict]:
+    def build_score(self, prompt_ids: list[int], continuation: list[int]) -> tuple[str, dict]:
         # the continuation forced by a grammar of exactly its ids: llama.cpp reports raw log-probs
         grammar = "start: " + " ".join(f"<[{int(t)}]>" for t in continuation)
         return self.continue_body(prompt_ids, grammar, max_tokens=len(continuation), temperature=0.0, seed=0)
 
-    def read_score(self, reply: dict, prompt_len: int, continuation: Sequence[int]) -> list[float]:
-        got = self.read_continue(reply)
-        if got.token_ids[:len(continuation)] != list(continuation):
-            raise BadReply(f"completion_probabilities: ids {got.token_ids[:8]} are not the forced {list(continuation)[:8]}")
+    def parse_score(self, reply: dict, prompt_len: int, continuation: list[int]) -> list[float]:
+        got = self.parse_continue(reply)
+        if got.token_ids[:len(continuation)] != continuation:
+            raise BadReply(f"completion_probabilities: ids {got.token_ids[:8]} are not the forced {continuation[:8]}")
         return got.raw_logprobs[:len(continuation)]
 
-
-def _list(reply: dict, key: str) -> list:
-    value = reply.get(key)
-    if not isinstance(value, list):
-        raise BadReply(f"{key}: expected a list, got {type(value).__name__}")
-    return value

@@ -41,7 +41,8 @@ from scgmem.llm.chat_template import ChatPolicy, eos_token_ids, render_messages
 from scgmem.llm.local.generation import SettingsLog
 from scgmem.llm.constraint_spec import KeyConstraint
 from scgmem.llm.served.http_client import JsonClient, ServerError, printable
-from scgmem.llm.served.constrained import ConstrainedCalls, make_dialect
+from scgmem.llm.served import engines
+from scgmem.llm.served.constrained import ConstrainedCalls
 from scgmem.llm.served.dialect import Unsupported
 from scgmem.llm.served.transport import ServerPool, server_root
 from scgmem.llm.usage import UsageMeter
@@ -93,6 +94,8 @@ class OpenAICompatibleLLM:
         if max_concurrency < 1:
             raise ValueError(f"model.max_concurrency must be >= 1, got {max_concurrency}")
         check_cap_profile(cap_profile)
+        if engine is not None:
+            engines.dialect_class(engine)  # a name not registered fails here, before any request
         key = None
         if api_key_env:
             key = os.environ.get(api_key_env)
@@ -138,7 +141,7 @@ class OpenAICompatibleLLM:
             if self.tokenizer is None:
                 raise ValueError(f"model.engine={engine}: constrained decoding sends token ids and needs the "
                                  f"served model's tokenizer here (model.tokenizer=<folder or hub id>)")
-            self.constrained = ConstrainedCalls(make_dialect(engine, model_id, engine_options), self.pool,
+            self.constrained = ConstrainedCalls(engines.make_dialect(engine, model_id, engine_options), self.pool,
                                                 eos_ids=self.eos_ids, max_concurrency=self.max_concurrency)
 
     # ------------------------------------------------------------------ tokens
@@ -271,7 +274,7 @@ class OpenAICompatibleLLM:
         (the end of an over-long prompt), one decoder per prompt."""
         if self.constrained is None:
             raise Unsupported(f"{self.base_url}: SCG-Mem's schema constraint needs a grammar engine: set "
-                              f"model.engine=vllm|sglang|llamacpp (llguidance token-id grammars)")
+                              f"model.engine={engines.one_of()} (llguidance token-id grammars)")
         if temperature > 0 and (seeds is None or len(seeds) != len(prompts)):
             raise ValueError("sampling needs one seed per prompt (seeds=...)")
         self.settings_log.record(SettingsLog.kind(self.usage.phase, temperature=temperature, num_beams=num_beams,

@@ -26,25 +26,8 @@ to their use; the tests check the bodies and reply fixtures copied in shape from
 """
 from __future__ import annotations
 
-from functools import partial
-from typing import Sequence
-
-from scgmem.llm.served.dialect import (
-    BadReply,
-    Continuation,
-    EngineDialect,
-    NextTokens,
-    Unsupported,
-    caller_ids,
-    field,
-    listed,
-    number,
-    token_id,
-)
-
-_ids = caller_ids
-_field = partial(field, engine="sglang")
-_list = partial(listed, engine="sglang")
+from scgmem.llm.served.dialect import BadReply, Continuation, EngineDialect, NextTokens, Unsupported, number, token_id
+from scgmem.llm.served.engines import register_engine
 
 PATH = "/generate"
 FINISH = ("stop", "length")  # meta_info.finish_reason.type; "abort" is an error
@@ -56,6 +39,7 @@ NEUTRAL = {"top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
            "presence_penalty": 0.0, "frequency_penalty": 0.0}
 
 
+@register_engine
 class SGLangDialect(EngineDialect):
     """SGLang's native /generate with token-id input.
 
@@ -69,33 +53,33 @@ class SGLangDialect(EngineDialect):
 
     # -- continue under a grammar ---------------------------------------------------------------
 
-    def continue_body(self, prompt_ids: Sequence[int], grammar: str, *, max_tokens: int, temperature: float,
-                      seed: int) -> tuple[str, dict]:
+    def build_continue(self, prompt_ids: list[int], grammar: str, *, max_tokens: int, temperature: float,
+                       seed: int) -> tuple[str, dict]:
         """Continue under `ebnf`; `return_logprob` carries the ids in `output_token_logprobs` too.
         `sampling_seed` is sent only when sampling (a greedy request has nothing to seed)."""
         params = self._params(max_tokens=max_tokens, temperature=temperature)
         params["ebnf"] = grammar
         if temperature > 0:
             params["sampling_seed"] = seed
-        return PATH, {"input_ids": _ids(prompt_ids, "prompt_ids"), "sampling_params": params,
+        return PATH, {"input_ids": prompt_ids, "sampling_params": params,
                       "return_logprob": True, "logprob_start_len": -1, "stream": False}
 
-    def read_continue(self, reply: dict) -> Continuation:
+    def parse_continue(self, reply: dict) -> Continuation:
         """The generated ids (`output_ids`, checked against `output_token_logprobs`) and finish
         reason; log-probs None (renormalised by the grammar mask)."""
-        meta = _meta(reply)
-        finish = _field(meta, "finish_reason", "meta_info")
+        meta = self._meta(reply)
+        finish = self.required(meta, "finish_reason", "meta_info")
         kind = finish.get("type") if isinstance(finish, dict) else None
         if kind not in FINISH:
             raise BadReply(f"sglang: meta_info.finish_reason is {finish!r:.80}, expected type in {FINISH}")
         from_logprobs = None
         if "output_token_logprobs" in meta:
-            entries = _list(meta["output_token_logprobs"], "meta_info.output_token_logprobs")
+            entries = self.listed(meta["output_token_logprobs"], "meta_info.output_token_logprobs")
             from_logprobs = [_entry(e, f"meta_info.output_token_logprobs[{i}]", allow_null=True)[1]
                              for i, e in enumerate(entries)]
         ids = reply.get("output_ids")
         if ids is not None:
-            ids = [token_id(t, f"sglang: output_ids[{i}]") for i, t in enumerate(_list(ids, "output_ids"))]
+            ids = [token_id(t, f"sglang: output_ids[{i}]") for i, t in enumerate(self.listed(ids, "output_ids"))]
             if from_logprobs is not None and from_logprobs != ids:
                 raise BadReply("sglang: output_ids disagree with meta_info.output_token_logprobs")
         elif from_logprobs is not None:
@@ -106,32 +90,29 @@ class SGLangDialect(EngineDialect):
 
     # -- raw log-probs at the next position -----------------------------------------------------
 
-    def next_body(self, prompt_ids: Sequence[int], allowed: Sequence[int], top_n: int) -> tuple[str, dict]:
+    def build_next(self, prompt_ids: list[int], allowed: list[int], top_n: int) -> tuple[str, dict]:
         """One greedy token, with the log-probs of exactly the allowed ids (`token_ids_logprob`);
         `top_n` is not needed and ignored. `logprob_start_len: -1` asks for no prompt log-probs."""
-        allowed = sorted(set(_ids(allowed, "allowed")))
-        if not allowed:
-            raise ValueError("allowed must name at least one token id")
-        return PATH, {"input_ids": _ids(prompt_ids, "prompt_ids"),
+        return PATH, {"input_ids": prompt_ids,
                       "sampling_params": self._params(max_tokens=1, temperature=0.0),
-                      "return_logprob": True, "logprob_start_len": -1, "token_ids_logprob": allowed,
+                      "return_logprob": True, "logprob_start_len": -1, "token_ids_logprob": sorted(set(allowed)),
                       "stream": False}
 
-    def read_next(self, reply: dict, allowed: Sequence[int]) -> NextTokens:
+    def parse_next(self, reply: dict, allowed: list[int]) -> NextTokens:
         """`meta_info.output_token_ids_logprobs[0]`: [logprob, id, text] per requested id."""
-        meta = _meta(reply)
+        meta = self._meta(reply)
         if "output_token_ids_logprobs" not in meta:
             raise Unsupported("sglang: the reply has no meta_info.output_token_ids_logprobs; the server "
                               "predates token_ids_logprob (needs an SGLang with that /generate parameter)")
-        per_pos = _list(meta["output_token_ids_logprobs"], "meta_info.output_token_ids_logprobs")
+        per_pos = self.listed(meta["output_token_ids_logprobs"], "meta_info.output_token_ids_logprobs")
         if len(per_pos) != 1:
             raise BadReply(f"sglang: meta_info.output_token_ids_logprobs has {len(per_pos)} positions, expected 1")
-        entries = _list(per_pos[0], "meta_info.output_token_ids_logprobs[0]")
+        entries = self.listed(per_pos[0], "meta_info.output_token_ids_logprobs[0]")
         listed: dict[int, float] = {}
         for i, e in enumerate(entries):
             lp, tok = _entry(e, f"meta_info.output_token_ids_logprobs[0][{i}]")
             listed[tok] = lp
-        wanted = set(_ids(allowed, "allowed"))
+        wanted = set(allowed)
         got = {t: lp for t, lp in listed.items() if t in wanted}
         if len(got) != len(wanted):
             missing = sorted(wanted - set(got))[:5]
@@ -140,22 +121,19 @@ class SGLangDialect(EngineDialect):
 
     # -- raw log-probs of a given continuation --------------------------------------------------
 
-    def score_body(self, prompt_ids: Sequence[int], continuation: Sequence[int]) -> tuple[str, dict]:
+    def build_score(self, prompt_ids: list[int], continuation: list[int]) -> tuple[str, dict]:
         """Teacher forcing: prompt + continuation as input, log-probs from the last prompt token on
         (`logprob_start_len = len(prompt) - 1`, since entry 0 is always null). SGLang's radix cache
         still serves the prompt up to `logprob_start_len`."""
-        prompt_ids, continuation = _ids(prompt_ids, "prompt_ids"), _ids(continuation, "continuation")
-        if not prompt_ids or not continuation:
-            raise ValueError("scoring needs a non-empty prompt (position 0 has no log-prob) and continuation")
         return PATH, {"input_ids": prompt_ids + continuation,
                       "sampling_params": self._params(max_tokens=1, temperature=0.0),
                       "return_logprob": True, "logprob_start_len": len(prompt_ids) - 1, "stream": False}
 
-    def read_score(self, reply: dict, prompt_len: int, continuation: Sequence[int]) -> list[float]:
+    def parse_score(self, reply: dict, prompt_len: int, continuation: list[int]) -> list[float]:
         """`meta_info.input_token_logprobs[1 + j][0]` for each continuation token j; the entries'
         token ids must be the last prompt token and then the continuation."""
-        continuation = _ids(continuation, "continuation")
-        entries = _list(_field(_meta(reply), "input_token_logprobs", "meta_info"), "meta_info.input_token_logprobs")
+        entries = self.listed(self.required(self._meta(reply), "input_token_logprobs", "meta_info"),
+                              "meta_info.input_token_logprobs")
         if len(entries) != len(continuation) + 1:
             raise BadReply(f"sglang: meta_info.input_token_logprobs has {len(entries)} entries, expected "
                            f"{len(continuation) + 1} (logprob_start_len = prompt {prompt_len} - 1)")
@@ -176,20 +154,11 @@ class SGLangDialect(EngineDialect):
         return {"max_new_tokens": max_tokens, "temperature": temperature, "n": 1, **NEUTRAL,
                 "skip_special_tokens": False}
 
-
-
-
-def _meta(reply) -> dict:
-    if not isinstance(reply, dict):
-        raise BadReply(f"sglang: reply is {type(reply).__name__}, expected an object")
-    meta = _field(reply, "meta_info", "reply")
-    if not isinstance(meta, dict):
-        raise BadReply(f"sglang: meta_info is {type(meta).__name__}, expected an object")
-    return meta
-
-
-
-
+    def _meta(self, reply: dict) -> dict:
+        meta = self.required(reply, "meta_info", "reply")
+        if not isinstance(meta, dict):
+            raise BadReply(f"sglang: meta_info is {type(meta).__name__}, expected an object")
+        return meta
 
 
 def _entry(value, where: str, allow_null: bool = False) -> tuple[float | None, int]:

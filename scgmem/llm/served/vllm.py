@@ -30,25 +30,9 @@ from them.
 from __future__ import annotations
 
 import math
-from functools import partial
-from typing import Sequence
 
-from scgmem.llm.served.dialect import (
-    BadReply,
-    Continuation,
-    EngineDialect,
-    NextTokens,
-    Unsupported,
-    caller_ids,
-    field,
-    listed,
-    number,
-    token_id,
-)
-
-_ids = caller_ids
-_field = partial(field, engine="vllm")
-_list = partial(listed, engine="vllm")
+from scgmem.llm.served.dialect import BadReply, Continuation, EngineDialect, NextTokens, Unsupported, number, token_id
+from scgmem.llm.served.engines import register_engine
 
 PATH = "/v1/completions"
 MAX_LOGPROB_TOKEN_IDS = 128  # vllm/sampling_params.py: the sampler's per-request row width
@@ -63,6 +47,7 @@ NEUTRAL = {"top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
            "presence_penalty": 0.0, "frequency_penalty": 0.0}
 
 
+@register_engine
 class VLLMDialect(EngineDialect):
     """vLLM's OpenAI-compatible /v1/completions with token-id prompts.
 
@@ -89,8 +74,8 @@ class VLLMDialect(EngineDialect):
 
     # -- continue under a grammar ---------------------------------------------------------------
 
-    def continue_body(self, prompt_ids: Sequence[int], grammar: str, *, max_tokens: int, temperature: float,
-                      seed: int) -> tuple[str, dict]:
+    def build_continue(self, prompt_ids: list[int], grammar: str, *, max_tokens: int, temperature: float,
+                       seed: int) -> tuple[str, dict]:
         """Continue `prompt_ids` under `grammar`; `logprobs: 0` with "token_id:N" tokens carries the
         generated ids even on a server without `return_token_ids`."""
         body = self._base(prompt_ids, max_tokens=max_tokens, temperature=temperature)
@@ -101,21 +86,22 @@ class VLLMDialect(EngineDialect):
             body["structured_outputs"] = {"grammar": grammar}
         return PATH, body
 
-    def read_continue(self, reply: dict) -> Continuation:
+    def parse_continue(self, reply: dict) -> Continuation:
         """The generated ids and finish reason; log-probs None (renormalised by the grammar mask)."""
-        choice = _choice(reply)
+        choice = self._choice(reply)
         finish = choice.get("finish_reason")
         if finish not in FINISH:
             raise BadReply(f"vllm: choices[0].finish_reason is {finish!r}, expected one of {FINISH}")
         logprobs = choice.get("logprobs")
         from_logprobs = None
         if logprobs is not None:
-            tokens = _list(_field(logprobs, "tokens", "choices[0].logprobs"), "choices[0].logprobs.tokens")
+            tokens = self.listed(self.required(logprobs, "tokens", "choices[0].logprobs"),
+                                 "choices[0].logprobs.tokens")
             from_logprobs = [_token_key(t, f"vllm: choices[0].logprobs.tokens[{i}]") for i, t in enumerate(tokens)]
         ids = choice.get("token_ids")
         if ids is not None:
             ids = [token_id(t, f"vllm: choices[0].token_ids[{i}]")
-                   for i, t in enumerate(_list(ids, "choices[0].token_ids"))]
+                   for i, t in enumerate(self.listed(ids, "choices[0].token_ids"))]
             if from_logprobs is not None and from_logprobs != ids:
                 raise BadReply("vllm: choices[0].token_ids disagree with choices[0].logprobs.tokens")
         elif from_logprobs is not None:
@@ -126,36 +112,32 @@ class VLLMDialect(EngineDialect):
 
     # -- raw log-probs at the next position -----------------------------------------------------
 
-    def next_body(self, prompt_ids: Sequence[int], allowed: Sequence[int], top_n: int) -> tuple[str, dict]:
+    def build_next(self, prompt_ids: list[int], allowed: list[int], top_n: int) -> tuple[str, dict]:
         """One greedy token with the allowed ids' log-probs (`logprob_token_ids`, which needs
-        `logprobs` set) or the top-n list (`top_n` capped at `max_top_n`)."""
-        allowed = _ids(allowed, "allowed")
-        if not allowed:
-            raise ValueError("allowed must name at least one token id")
+        `logprobs` set) or the top-n list (`top_n`, capped at `max_top_n` by the base)."""
         body = self._base(prompt_ids, max_tokens=1, temperature=0.0)
         body.update(return_tokens_as_token_ids=True)
         if self.logprob_token_ids and len(set(allowed)) <= MAX_LOGPROB_TOKEN_IDS:
             body.update(logprobs=1, logprob_token_ids=sorted(set(allowed)))
         else:
-            if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
-                raise ValueError(f"top_n must be a positive int, got {top_n!r}")
-            body.update(logprobs=min(top_n, self.max_top_n))
+            body.update(logprobs=top_n)
         return PATH, body
 
-    def read_next(self, reply: dict, allowed: Sequence[int]) -> NextTokens:
+    def parse_next(self, reply: dict, allowed: list[int]) -> NextTokens:
         """The allowed ids' raw log-probs from `top_logprobs[0]` ("token_id:N" -> log-prob)."""
-        choice = _choice(reply)
+        choice = self._choice(reply)
         logprobs = choice.get("logprobs")
         if not isinstance(logprobs, dict):
             raise BadReply("vllm: choices[0].logprobs is missing")
-        top = _list(_field(logprobs, "top_logprobs", "choices[0].logprobs"), "choices[0].logprobs.top_logprobs")
+        top = self.listed(self.required(logprobs, "top_logprobs", "choices[0].logprobs"),
+                          "choices[0].logprobs.top_logprobs")
         if len(top) != 1 or not isinstance(top[0], dict) or not top[0]:
             raise BadReply(f"vllm: choices[0].logprobs.top_logprobs must hold one non-empty dict, got {top!r:.80}")
         listed: dict[int, float] = {}
         for key, value in top[0].items():
             where = f"vllm: choices[0].logprobs.top_logprobs[0][{key!r}]"
             listed[_token_key(key, where)] = _logprob(value, where)
-        wanted = set(_ids(allowed, "allowed"))
+        wanted = set(allowed)
         got = {t: lp for t, lp in listed.items() if t in wanted}
         complete = len(got) == len(wanted)
         asked_all = self.logprob_token_ids and len(wanted) <= MAX_LOGPROB_TOKEN_IDS
@@ -167,30 +149,26 @@ class VLLMDialect(EngineDialect):
 
     # -- raw log-probs of a given continuation --------------------------------------------------
 
-    def score_body(self, prompt_ids: Sequence[int], continuation: Sequence[int]) -> tuple[str, dict]:
+    def build_score(self, prompt_ids: list[int], continuation: list[int]) -> tuple[str, dict]:
         """Teacher forcing: prompt + continuation as the prompt, `prompt_logprobs: 0` (each prompt
         token's own log-prob only), one throw-away generated token. vLLM skips reading the prefix
         cache for such requests (SamplingParams.skip_reading_prefix_cache), so each costs a prefill."""
-        prompt_ids, continuation = _ids(prompt_ids, "prompt_ids"), _ids(continuation, "continuation")
-        if not prompt_ids or not continuation:
-            raise ValueError("scoring needs a non-empty prompt (position 0 has no log-prob) and continuation")
         body = self._base(prompt_ids + continuation, max_tokens=1, temperature=0.0)
         body.update(prompt_logprobs=0, return_token_ids=True)
         return PATH, body
 
-    def read_score(self, reply: dict, prompt_len: int, continuation: Sequence[int]) -> list[float]:
+    def parse_score(self, reply: dict, prompt_len: int, continuation: list[int]) -> list[float]:
         """`prompt_logprobs[prompt_len + j][str(continuation[j])]["logprob"]` for each j.
 
         `prompt_logprobs` is aligned with the prompt tokens, entry 0 None, each other entry a dict
         {token id as a JSON string: {"logprob", "rank", "decoded_token"}} (vllm.logprobs.Logprob)."""
-        continuation = _ids(continuation, "continuation")
-        choice = _choice(reply)
-        plp = _list(_field(choice, "prompt_logprobs", "choices[0]"), "choices[0].prompt_logprobs")
+        choice = self._choice(reply)
+        plp = self.listed(self.required(choice, "prompt_logprobs", "choices[0]"), "choices[0].prompt_logprobs")
         if len(plp) != prompt_len + len(continuation):
             raise BadReply(f"vllm: choices[0].prompt_logprobs has {len(plp)} entries, expected "
                            f"{prompt_len + len(continuation)} (prompt {prompt_len} + continuation {len(continuation)})")
         echoed = choice.get("prompt_token_ids")
-        if echoed is not None and _list(echoed, "choices[0].prompt_token_ids")[prompt_len:] != continuation:
+        if echoed is not None and self.listed(echoed, "choices[0].prompt_token_ids")[prompt_len:] != continuation:
             raise BadReply("vllm: choices[0].prompt_token_ids do not end with the scored continuation")
         out = []
         for j, tok in enumerate(continuation):
@@ -198,30 +176,22 @@ class VLLMDialect(EngineDialect):
             entry = plp[prompt_len + j]
             if not isinstance(entry, dict) or str(tok) not in entry:
                 raise BadReply(f"{where}: no entry for token {tok}")
-            out.append(_logprob(_field(entry[str(tok)], "logprob", where), f"{where}[{str(tok)!r}].logprob"))
+            lp = self.required(entry[str(tok)], "logprob", where)
+            out.append(_logprob(lp, f"{where}[{str(tok)!r}].logprob"))
         return out
 
-    def _base(self, prompt_ids: Sequence[int], *, max_tokens: int, temperature: float) -> dict:
+    def _base(self, prompt_ids: list[int], *, max_tokens: int, temperature: float) -> dict:
         """The fields every request carries: the model, token-id prompt, length, temperature, the
         neutral sampling settings and special tokens kept (a key may end in EOS)."""
-        return {"model": self.model_id, "prompt": _ids(prompt_ids, "prompt_ids"), "max_tokens": max_tokens,
+        return {"model": self.model_id, "prompt": prompt_ids, "max_tokens": max_tokens,
                 "temperature": temperature, "n": 1, **NEUTRAL, "skip_special_tokens": False}
 
-
-
-
-def _choice(reply) -> dict:
-    """The single choice of a completions reply."""
-    if not isinstance(reply, dict):
-        raise BadReply(f"vllm: reply is {type(reply).__name__}, expected an object")
-    choices = _list(_field(reply, "choices", "reply"), "choices")
-    if len(choices) != 1 or not isinstance(choices[0], dict):
-        raise BadReply(f"vllm: choices must hold exactly one object, got {len(choices)}")
-    return choices[0]
-
-
-
-
+    def _choice(self, reply: dict) -> dict:
+        """The single choice of a completions reply."""
+        choices = self.listed(self.required(reply, "choices", "reply"), "choices")
+        if len(choices) != 1 or not isinstance(choices[0], dict):
+            raise BadReply(f"vllm: choices must hold exactly one object, got {len(choices)}")
+        return choices[0]
 
 
 def _token_key(text, where: str) -> int:
