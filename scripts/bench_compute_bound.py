@@ -49,7 +49,7 @@ TINY = ModelShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, he
 
 
 def embedded_model_dir() -> Path:
-    from scgmem.llm.local.loading import default_cache_dir
+    from scgmem.llm.loading import default_cache_dir
 
     return default_cache_dir() / "models" / "SmolLM2-135M-Instruct.Q4_1"
 

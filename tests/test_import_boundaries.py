@@ -49,13 +49,16 @@ def test_methods_import_neither_the_loader_nor_the_harness(folder):
     assert not problems, "\n".join(problems)
 
 
-def import_graph(package: str = "scgmem") -> dict[str, set[str]]:
-    """{module: the package's modules it imports} over every file of `package`, function-local
-    imports included: `from a.b import c` points at module a.b.c when there is one, else at a.b."""
+def import_graph(*folders: str) -> dict[str, set[str]]:
+    """{module: the modules of `folders` it imports} over every file of them (default: scgmem/),
+    function-local imports included: `from a.b import c` points at module a.b.c when there is
+    one, else at a.b. baselines/ is named as installed, scgmem.baselines."""
     files = {}
-    for path in (ROOT / package).rglob("*.py"):
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    for folder in folders or ("scgmem",):
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            parts = ("scgmem", *parts) if parts[0] == "baselines" else parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
 
     def resolve(name: str) -> str | None:
         while name and name not in files:
@@ -65,7 +68,9 @@ def import_graph(package: str = "scgmem") -> dict[str, set[str]]:
     graph = {}
     for module, path in files.items():
         targets = {resolve(name) for _, name in imported_modules(path.read_text(encoding="utf-8"))}
-        graph[module] = {t for t in targets if t and t != module}
+        # a module's own parent packages are imported before it anyway: a package that re-exports
+        # its submodule (`from pkg.method import X` in pkg/__init__.py) is no circle
+        graph[module] = {t for t in targets if t and t != module and not module.startswith(t + ".")}
     return graph
 
 
@@ -111,6 +116,43 @@ def test_no_import_circle_in_the_package():
     assert "scgmem.harness.run" in graph and graph["scgmem.harness.run"]
     circles = import_circles(graph)
     assert not circles, "import circles: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+CODE_FOLDERS = ("scgmem", "baselines", "scripts", "experiments")
+
+
+def test_no_import_circle_across_the_code_folders():
+    """No circle through scripts/ and experiments/ either (a bench script importing another that
+    imports it back), nor between them and the package."""
+    graph = import_graph(*CODE_FOLDERS)
+    assert "scgmem.baselines" in graph and any(m.startswith("scripts.") for m in graph)
+    circles = import_circles(graph)
+    assert not circles, "import circles: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+# Which parts of scgmem/llm may not import which: the served backend stands on the neutral floor
+# (scgmem/llm/*.py), never on the transformers backend; nothing in llm/ imports the method core.
+LLM_FORBIDDEN = {"scgmem/llm/served": ("scgmem.llm.local",)}
+
+
+@pytest.mark.parametrize("folder, forbidden", sorted(LLM_FORBIDDEN.items()))
+def test_the_llm_layers_point_one_way(folder, forbidden):
+    problems = [f"{path.relative_to(ROOT)}:{line} imports {module}" for path in sorted((ROOT / folder).rglob("*.py"))
+                for line, module in imported_modules(path.read_text(encoding="utf-8"))
+                if any(module == bad or module.startswith(bad + ".") for bad in forbidden)]
+    assert not problems, "\n".join(problems)
+
+
+def test_an_engine_dialect_imports_neither_torch_nor_transformers():
+    """`scgmem.llm` loads its backends lazily: the dialects, the registry and the grammar compiler
+    are plain Python, importable where torch is not installed."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, scgmem.llm.served.dialect, scgmem.llm.served.engines, scgmem.llm.served.lark_trie; "
+             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def test_the_llm_interface_depends_on_no_implementation():

@@ -27,7 +27,7 @@ from scgmem.api.paths import path_under
 from scgmem.harness.cache_entry import check_entry, checksum, max_file_bytes
 from scgmem.harness.safe_files import UnsafeLink, check_below, read_bounded, write_json_atomic
 from scgmem.harness.untrusted import StoredFileError, parse_json
-from scgmem.llm.local.loading import held_lock
+from scgmem.llm.loading import held_lock
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from scgmem.harness.untrusted import StoredFileError
 from scgmem.harness.summary import build_summary
 from scgmem.llm.chat_template import ChatPolicy
 from scgmem.llm.served.http_client import ServerError
-from scgmem.llm.local.loading import ModelFilesMissing
+from scgmem.llm.loading import ModelFilesMissing
 from scgmem.llm.local.oom import free_cuda_cache
 from scgmem.llm.usage import UsageMeter
 

@@ -12,7 +12,7 @@ import logging
 
 import numpy as np
 
-from scgmem.llm.local.loading import ModelFilesMissing
+from scgmem.llm.loading import ModelFilesMissing
 
 log = logging.getLogger(__name__)
 

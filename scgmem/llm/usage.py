@@ -1,4 +1,5 @@
-"""Counting LLM calls and tokens per phase ("ingest", "answer", ...), for the run summary."""
+"""Counting LLM calls and tokens per phase ("ingest", "answer", ...), and the settings each kind of
+call ran with (`SettingsLog`), for the run summary; every backend keeps both."""
 from __future__ import annotations
 
 import contextlib
@@ -51,3 +52,38 @@ class UsageMeter:
             mine = self._counts[phase]
             for key, value in c.items():
                 mine[key] = mine.get(key, 0) + int(value)
+
+
+class SettingsLog:
+    """Effective settings per kind of call, e.g. "answer/sampled" or "ingest/greedy+SchemaConstraint".
+
+    A kind keeps its settings, the caps (`max_new_tokens`) and temperatures it was called with,
+    its stop strings and its number of calls. Settings that differ between calls of one kind
+    (they should not) are kept as a list of the variants.
+    """
+
+    def __init__(self) -> None:
+        self.kinds: dict[str, dict] = {}
+        self._caps: dict[str, set] = defaultdict(set)
+        self._temperatures: dict[str, set] = defaultdict(set)
+        self._stops: dict[str, set] = defaultdict(set)
+
+    @staticmethod
+    def kind(phase: str, *, temperature: float, num_beams: int, processors: list[str]) -> str:
+        mode = "beam" if num_beams > 1 else ("sampled" if temperature > 0 else "greedy")
+        return "+".join([f"{phase}/{mode}", *sorted(set(processors))])
+
+    def record(self, kind: str, settings: dict, *, calls: int, max_new_tokens: int, temperature: float,
+               stop: tuple[str, ...]) -> None:
+        entry = self.kinds.setdefault(kind, {"settings": settings, "calls": 0})
+        if entry["settings"] != settings and settings not in entry.setdefault("other_settings", []):
+            entry["other_settings"].append(settings)
+        entry["calls"] += calls
+        self._caps[kind].add(max_new_tokens)
+        self._temperatures[kind].add(float(temperature))
+        self._stops[kind].update(stop)
+
+    def report(self) -> dict:
+        return {kind: {**entry, "max_new_tokens": sorted(self._caps[kind]),
+                       "temperature": sorted(self._temperatures[kind]), "stop": sorted(self._stops[kind])}
+                for kind, entry in sorted(self.kinds.items())}

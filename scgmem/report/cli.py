@@ -210,7 +210,7 @@ def _judge(args) -> int:
     import json
 
     from scgmem.harness.judging import JudgeMismatch
-    from scgmem.llm.local.loading import ModelFilesMissing
+    from scgmem.llm.loading import ModelFilesMissing
     try:
         path = judged.judge_command(args)
     except (NoRunsError, JudgeMismatch, ModelFilesMissing, ValueError) as e:

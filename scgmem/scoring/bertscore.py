@@ -22,7 +22,7 @@ import re
 import string
 from pathlib import Path
 
-from scgmem.llm.local.loading import ModelFilesMissing
+from scgmem.llm.loading import ModelFilesMissing
 
 PEER_MODEL = "roberta-large"  # bert_score's model for lang="en"
 _PUNCT = str.maketrans("", "", string.punctuation)

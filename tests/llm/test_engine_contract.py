@@ -159,8 +159,8 @@ def test_any_reply_is_read_or_refused_with_bad_reply(engine, reply):
 def test_model_engine_picks_up_the_one_file_engine():
     """`model=openai_compatible model.engine=echo`: the backend builds the fixture's dialect and
     records its route, with no other file edited."""
-    from scgmem.llm.local.loading import resolve_model_dir
-    from scgmem.llm.local.prepare import EMBEDDED
+    from scgmem.llm.loading import resolve_model_dir
+    from scgmem.llm.loading import EMBEDDED
     from scgmem.llm.served.openai_compatible import OpenAICompatibleLLM
     from tests.llm.servers import ScriptedServer
 

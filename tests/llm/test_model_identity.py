@@ -1,7 +1,7 @@
-"""Memory cache keys name the model by what it is, not where it lies (scgmem/llm/local/loading.py)."""
+"""Memory cache keys name the model by what it is, not where it lies (scgmem/llm/loading.py)."""
 import shutil
 
-from scgmem.llm.local.loading import model_identity
+from scgmem.llm.loading import model_identity
 
 
 def write_model(folder, hidden=64):

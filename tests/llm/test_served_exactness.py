@@ -88,7 +88,7 @@ def _ingest(llm, conv, embedder, monkeypatch):
 def test_llguidance_bitmask_equals_the_trie_processor_on_session_1(smollm, session1, monkeypatch):
     from scgmem.core.recall import constrained_seeds
     from scgmem.llm.doubles.fake import BagEmbedder
-    from scgmem.llm.served.guidance_local import GuidanceLocalLLM
+    from scgmem.llm.doubles.guidance_local import GuidanceLocalLLM
 
     torch.set_num_threads(1)
     local, local_lists = _ingest(smollm, session1, BagEmbedder(), monkeypatch)

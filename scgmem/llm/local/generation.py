@@ -11,12 +11,9 @@ every answer and every log-probability SCG-Mem records. So the backend
   search, no penalties, no n-gram blocking, no warpers. Sampling is the backend's own seeded
   Gumbel-max processor inside greedy decoding, so `do_sample` is always False.
 
-`SettingsLog` records the effective settings of each kind of call (phase x decoding mode)
-for summary.json.
+What each kind of call ran with is recorded by `scgmem.llm.usage.SettingsLog` (every backend's).
 """
 from __future__ import annotations
-
-from collections import defaultdict
 
 from transformers import GenerationConfig
 
@@ -65,38 +62,3 @@ def effective_settings(config: GenerationConfig) -> dict:
     values = config.to_dict()
     keys = ("do_sample", "num_beams", "length_penalty", "early_stopping", *NEUTRAL)
     return {k: values.get(k) for k in sorted(set(keys)) if k not in ("max_length", "stop_strings")}
-
-
-class SettingsLog:
-    """Effective settings per kind of call, e.g. "answer/sampled" or "ingest/greedy+SchemaConstraint".
-
-    A kind keeps its settings, the caps (`max_new_tokens`) and temperatures it was called with,
-    its stop strings and its number of calls. Settings that differ between calls of one kind
-    (they should not) are kept as a list of the variants.
-    """
-
-    def __init__(self) -> None:
-        self.kinds: dict[str, dict] = {}
-        self._caps: dict[str, set] = defaultdict(set)
-        self._temperatures: dict[str, set] = defaultdict(set)
-        self._stops: dict[str, set] = defaultdict(set)
-
-    @staticmethod
-    def kind(phase: str, *, temperature: float, num_beams: int, processors: list[str]) -> str:
-        mode = "beam" if num_beams > 1 else ("sampled" if temperature > 0 else "greedy")
-        return "+".join([f"{phase}/{mode}", *sorted(set(processors))])
-
-    def record(self, kind: str, settings: dict, *, calls: int, max_new_tokens: int, temperature: float,
-               stop: tuple[str, ...]) -> None:
-        entry = self.kinds.setdefault(kind, {"settings": settings, "calls": 0})
-        if entry["settings"] != settings and settings not in entry.setdefault("other_settings", []):
-            entry["other_settings"].append(settings)
-        entry["calls"] += calls
-        self._caps[kind].add(max_new_tokens)
-        self._temperatures[kind].add(float(temperature))
-        self._stops[kind].update(stop)
-
-    def report(self) -> dict:
-        return {kind: {**entry, "max_new_tokens": sorted(self._caps[kind]),
-                       "temperature": sorted(self._temperatures[kind]), "stop": sorted(self._stops[kind])}
-                for kind, entry in sorted(self.kinds.items())}

