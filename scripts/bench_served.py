@@ -1,5 +1,6 @@
 """SCG-Mem on a serving engine against the local backend, on this CPU (`make bench`, part `served`;
-alone: `make bench-served`). Starts llama.cpp's own server (xllamacpp, the bundled Q4_1 GGUF, 4 slots,
+alone: `make bench-served`; BENCH_TINY=1: a smoke run of 2 turns, 1 question, one grammar size;
+BENCH_OUT=<dir>: where the JSON goes, default results/bench). Starts llama.cpp's own server (xllamacpp, the bundled Q4_1 GGUF, 4 slots,
 1 thread) on 127.0.0.1 and measures, in one run:
 
   grammar         per schema size (10 .. 5,000 concepts): the client's Lark text build (ms), one
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from scripts.bench_inputs import ROOT, Scale, concept_pool, conversation, load_llm
 SIZES = (10, 100, 1000, 5000)
 TOKENIZER = Path.home() / ".cache" / "scgmem" / "models" / "SmolLM2-135M-Instruct.Q4_1"
 
@@ -36,9 +37,9 @@ def _free_port() -> int:
 def bench_grammar(llm, pool, sizes=SIZES) -> dict:
     from scgmem.core.decoding import key_end_id
     from scgmem.core.schema import CognitiveSchema
+    from scgmem.llm.key_rule import KeyRule
     from scgmem.llm.served.lark_trie import key_grammar
     from scgmem.llm.served.llamacpp import LlamaCppDialect
-    from scripts.bench import concept_pool
 
     dialect = LlamaCppDialect("bench")
     prompt = llm.encode(llm.render("Extract the 3 to 5 most important keywords of this message, separated by "
@@ -60,11 +61,11 @@ def bench_grammar(llm, pool, sizes=SIZES) -> dict:
         for word in pool_words[:n]:
             schema.add(word)
         t = time.perf_counter()
-        grammar = key_grammar(schema.trie, terminator=schema.terminator, end_id=key_end_id(llm), last=False)
+        grammar = key_grammar(KeyRule(schema.trie, terminator=schema.terminator, eos_ids=[key_end_id(llm)]))
         build_ms = 1000 * (time.perf_counter() - t)
         one = CognitiveSchema(llm.encode, llm.vocab_size, forbidden_ids=llm.eos_ids)
         one.add(pool_words[0])
-        small = key_grammar(one.trie, terminator=one.terminator, end_id=key_end_id(llm), last=False)
+        small = key_grammar(KeyRule(one.trie, terminator=one.terminator, eos_ids=[key_end_id(llm)]))
         full_ms = request_ms(grammar, schema.trie.max_depth)
         base_ms = request_ms(small, schema.trie.max_depth)
         out[str(n)] = {"concepts": len(schema), "grammar_rules": grammar.count("\n"), "grammar_bytes": len(grammar),
@@ -99,26 +100,24 @@ def bench_slice(llm, served, conv, questions) -> dict:
     return out
 
 
-def bench_served(quick: bool = False) -> dict:
+def bench_served(scale: Scale = Scale("full"), port: int | None = None) -> dict:
+    """The grammar sizes and the slice, on a server started on `port` (default: a free one)."""
     import torch
 
-    from scgmem.data.locomo import LoCoMoSource
     from scgmem.llm.served.openai_compatible import OpenAICompatibleLLM
     from scgmem.llm.served.llamacpp_server import bundled_gguf, start
-    from scripts.bench import load_llm
 
     torch.set_num_threads(1)
     llm = load_llm()
-    port = _free_port()
+    port = port or _free_port()
     proc = start(port, slots=4, threads=1, wait_s=60)
     try:
         url = f"http://127.0.0.1:{port}/v1"
         served = OpenAICompatibleLLM(url, str(bundled_gguf()), tokenizer=str(TOKENIZER), engine="llamacpp",
                                      api="completions", max_concurrency=4, name="smollm2-135m-llamacpp")
-        result = {"grammar": bench_grammar(llm, served.pool, SIZES[:3] if quick else SIZES)}
-        (conv,), _ = LoCoMoSource(path=str(ROOT / "data" / "locomo10.json"), samples=["conv-26"],
-                                  max_sessions=1).load()
-        questions = [qa.question for qa in conv.qa][: 3 if quick else 10]
+        result = {"grammar": bench_grammar(llm, served.pool, scale.pick(SIZES, SIZES[:3], SIZES[:1]))}
+        conv = conversation("conv-26", sessions=1, turns=scale.pick(None, None, 2))
+        questions = [qa.question for qa in conv.qa][:scale.pick(10, 3, 1)]
         result["slice"] = bench_slice(llm, served, conv, questions)
         print(f"served/local: ingest {result['slice']['ingest_served_over_local']}x, "
               f"recall {result['slice']['recall_served_over_local']}x", flush=True)
@@ -144,8 +143,12 @@ if __name__ == "__main__":
     import os
     from datetime import datetime
 
-    result = bench_served(quick=os.environ.get("BENCH_QUICK") == "1")
-    out = ROOT / "results" / "bench" / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-served.json"
+    port = os.environ.get("BENCH_SERVED_PORT")
+    result = bench_served(Scale("tiny" if os.environ.get("BENCH_TINY") == "1" else
+                                "quick" if os.environ.get("BENCH_QUICK") == "1" else "full"), int(port) if port else None)
+    folder = Path(os.environ.get("BENCH_OUT", ROOT / "results" / "bench"))
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-served.json"
     out.write_text(json.dumps(result, indent=1))
     for name, value, _ in report_rows(result):
         print(f"{name:45s} {value:10.3f}")

@@ -1,0 +1,132 @@
+"""Bench part `constrained_step`: the decode step under the schema constraint against a free step,
+same model, prompts and batch, for schemas of 100 .. 20,000 concepts (the paper's cost claim:
+constraining costs about a free step).
+
+    BENCH_PARTS=constrained_step make bench
+
+The constraint is compiled as SCG-Mem's own calls compile it (`LLM.generate(constraint=...)`): a
+`KeyConstraint` over the schema's trie, ending on `key_end_id`, turned into the local backend's
+processor factory `LocalKeyConstraint`. The bench passes that factory as `processors=` itself, so
+that it can time the processor apart from the step (`TimedProcessor`); the free calls carry only
+the step timer, so both sides run the same float32 score head.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+from transformers import LogitsProcessor
+
+from scripts.bench_inputs import Scale, concept_pool
+
+PROMPTS = ["I went hiking with my kids last weekend.", "Caroline joined the LGBTQ support group.",
+           "We painted a sunrise by the lake.", "My new job at the coffee shop starts Monday.",
+           "The charity race raised money for mental health.", "I read a book about adoption.",
+           "Melanie's pottery class was fun.", "We went camping in the mountains."]
+
+
+class StepTimer(LogitsProcessor):
+    """Records the wall time between consecutive decode steps (forward + every processor)."""
+
+    def __init__(self, sink: list[float]) -> None:
+        self.sink = sink
+        self.last: float | None = None
+
+    def __call__(self, input_ids, scores):
+        now = time.perf_counter()
+        if self.last is not None:
+            self.sink.append(now - self.last)
+        self.last = now
+        return scores
+
+
+class TimedProcessor(LogitsProcessor):
+    """Runs `inner` and records how long it took: the mask's own cost, free of step-to-step noise."""
+
+    def __init__(self, inner, sink: list[float]) -> None:
+        self.inner, self.sink = inner, sink
+
+    def __call__(self, input_ids, scores):
+        t0 = time.perf_counter()
+        out = self.inner(input_ids, scores)
+        self.sink.append(time.perf_counter() - t0)
+        return out
+
+
+def step_times(llm, prompts, processors, min_steps: int) -> list[float]:
+    """Seconds of each decode step of repeated `generate` calls, until `min_steps` are timed."""
+    times: list[float] = []
+    while len(times) < min_steps:
+        def factory(width, rows):
+            return [*(processors(width, rows) if processors else []), StepTimer(times)]
+        before = len(times)
+        llm.generate(prompts, max_new_tokens=32, processors=factory)
+        if len(times) == before:
+            break
+    return times
+
+
+def schema_constraint(llm, schema):
+    """The processor factory SCG-Mem's constrained calls get (`LLM.generate(constraint=...)`)."""
+    from scgmem.core.decoding import key_end_id
+    from scgmem.llm.constraint_spec import KeyConstraint
+    from scgmem.llm.local.constraint import LocalKeyConstraint
+
+    constraint = KeyConstraint(schema.trie, terminator=schema.terminator, end_id=key_end_id(llm), max_keys=None)
+    return LocalKeyConstraint(constraint, pad_id=llm.tokenizer.pad_token_id, beams=False)
+
+
+def bench_constrained_step(llm, scale: Scale = Scale("full")) -> dict:
+    """Median step constrained / free per schema size, and the mask's own median cost."""
+    from scgmem.core.schema import CognitiveSchema
+
+    sizes = scale.pick([100, 1000, 5000, 20000], [100, 1000], [20, 100])
+    min_steps = scale.pick(50, 20, 4)
+    pool = concept_pool(max(sizes))
+    prompts = [llm.render(f"Extract the keywords of this message, separated by commas.\n\nMessage: {t}",
+                          assistant_prefix="Keywords:") for t in PROMPTS]
+    step_times(llm, prompts, None, scale.pick(5, 5, 1))  # warm-up
+    free = step_times(llm, prompts, None, min_steps)
+    out = {"batch": len(prompts), "unconstrained_median_s": statistics.median(free), "sizes": {}}
+    vocab = llm.model.get_output_embeddings().weight.shape[0]
+    for size in sizes:
+        schema = CognitiveSchema(llm.encode, vocab, forbidden_ids=llm.eos_token_ids)
+        t0 = time.perf_counter()
+        for concept in pool[:size]:
+            try:
+                schema.add(concept)
+            except ValueError:  # a string the schema refuses (e.g. one that tokenises to a forbidden id)
+                pass
+        build_s = time.perf_counter() - t0
+        decoding = schema_constraint(llm, schema)
+        mask_times: list[float] = []
+
+        def timed(width, rows, decoding=decoding):
+            return [TimedProcessor(p, mask_times) for p in decoding(width, rows)]
+        constrained = step_times(llm, prompts, timed, min_steps)
+        free_again = step_times(llm, prompts, None, min_steps)  # interleaved: drift hits both sides
+        base = statistics.median(free + free_again)
+        out["sizes"][str(size)] = {
+            "concepts": len(schema), "trie_nodes": schema.trie.num_nodes, "build_s": round(build_s, 3),
+            "constrained_median_s": statistics.median(constrained), "unconstrained_median_s": base,
+            "steps": [len(constrained), len(free_again)],
+            "constrained_step_ratio": statistics.median(constrained) / base,
+            # Less noisy on a shared machine: the mask's median cost added to a free step.
+            "mask_median_s": statistics.median(mask_times),
+            "mask_overhead_ratio": (base + statistics.median(mask_times)) / base,
+        }
+    worst = max(out["sizes"], key=lambda k: out["sizes"][k]["constrained_step_ratio"])
+    out["worst_size"] = worst
+    out["constrained_step_ratio"] = out["sizes"][worst]["constrained_step_ratio"]
+    out["mask_overhead_ratio"] = max(v["mask_overhead_ratio"] for v in out["sizes"].values())
+    return out
+
+
+def report_rows(step: dict) -> list[tuple]:
+    """The lines `make bench` prints for this part."""
+    return [
+        (f"constrained_step_ratio (worst: {step['worst_size']} concepts)", step["constrained_step_ratio"], "<= 1.10"),
+        *[(f"  schema {k} concepts", v["constrained_step_ratio"], "") for k, v in step["sizes"].items()],
+        ("mask_overhead_ratio (free step + mask) / free", step["mask_overhead_ratio"], "<= 1.10"),
+        *[(f"  schema {k} concepts, mask ms", 1000 * v["mask_median_s"], "") for k, v in step["sizes"].items()],
+    ]
