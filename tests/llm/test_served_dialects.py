@@ -143,27 +143,28 @@ def test_vllm_read_continue_refuses_a_reply_without_ids():
 
 
 def test_vllm_next_body_asks_top_n_capped_at_max_logprobs():
-    path, body = VLLMDialect("m").next_body([1, 5], [9, 8363], top_n=50)
+    path, body = VLLMDialect("m", logprob_token_ids=False).next_body([1, 5], [9, 8363], top_n=50)
     assert path == "/v1/completions"
     assert body == {"model": "m", "prompt": [1, 5], "max_tokens": 1, "temperature": 0.0, "n": 1, **NEUTRAL,
                     "skip_special_tokens": False, "return_tokens_as_token_ids": True, "logprobs": 20}
 
 
-def test_vllm_next_body_names_the_allowed_ids_when_the_server_takes_logprob_token_ids():
-    dialect = VLLMDialect("m", logprob_token_ids=True)
+def test_vllm_next_body_names_the_allowed_ids_by_default():
+    dialect = VLLMDialect("m")
+    assert dialect.ids_per_request == 128 and VLLMDialect("m", logprob_token_ids=False).ids_per_request is None
     _, body = dialect.next_body([1, 5], [9, 8363, 9], top_n=2)
     assert body["logprob_token_ids"] == [9, 8363] and body["logprobs"] == 1  # `logprobs` must be set
     assert "logprob_token_ids" in dialect.route
-    # more than vLLM's 128 ids per request: back to the top-n list
+    # more than vLLM's 128 ids in one request: the top-n list (the transport chunks before it gets here)
     _, wide = dialect.next_body([1], list(range(200)), top_n=5)
     assert "logprob_token_ids" not in wide and wide["logprobs"] == 5
 
 
 def test_vllm_read_next_returns_a_top_n_list_as_incomplete_with_its_floor():
-    got = VLLMDialect("m").read_next(as_json(VLLM_NEXT), allowed=[9, 8363, 77])
+    got = VLLMDialect("m", logprob_token_ids=False).read_next(as_json(VLLM_NEXT), allowed=[9, 8363, 77])
     assert got.logprobs == {8363: -0.5, 9: -1.25}
     assert not got.complete and got.floor == -3.0
-    full = VLLMDialect("m").read_next(as_json(VLLM_NEXT), allowed=[9, 8363])
+    full = VLLMDialect("m", logprob_token_ids=False).read_next(as_json(VLLM_NEXT), allowed=[9, 8363])
     assert full.complete
 
 
@@ -377,7 +378,8 @@ def test_llguidance_keeps_a_token_id_lark_grammar_as_lark(kind):
 
 
 def test_routes_name_where_raw_logprobs_come_from():
-    assert "prompt_logprobs" in VLLMDialect("m").route and "top-n" in VLLMDialect("m").route
+    assert "prompt_logprobs" in VLLMDialect("m").route and "chunks of at most 128" in VLLMDialect("m").route
+    assert "top-n" in VLLMDialect("m", logprob_token_ids=False).route
     assert VLLMDialect("m").max_top_n == 20 and VLLMDialect("m", max_logprobs=5).max_top_n == 5
     assert "input_token_logprobs" in SGLangDialect("m").route and SGLangDialect("m").max_top_n is None
     assert (VLLMDialect("m").name, SGLangDialect("m").name) == ("vllm", "sglang")

@@ -72,12 +72,18 @@ class EngineDialect:
         route: where raw log-probs come from on this engine (recorded in summary.json).
         max_top_n: the largest top-n list the engine returns per position (None = no cap known).
         first_top_n: the list length a beam expansion asks for first (None = the client's default).
+        ids_per_request: the most allowed ids one next-token request may name (None = no cap); the
+            transport asks a wider trie node in chunks.
+        fixes: what the user changes when the probe (`probe.py`) finds a feature missing, by check
+            ("grammar", "ids", "top_n", "raw", "score"): one phrase each, naming the server flag.
     """
 
     name = "base"
     route = "none"
     max_top_n: int | None = None
     first_top_n: int | None = None
+    ids_per_request: int | None = None
+    fixes: dict[str, str] = {}
 
     def __init__(self, model_id: str) -> None:
         self.model_id = model_id

