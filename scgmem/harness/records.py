@@ -32,7 +32,7 @@ def read_jsonl(path: Path, required: dict[str, type] | None = None, cut: bool = 
     it; a caller that checks the records further passes cut=False and calls `cut_partial_line` once
     they pass. Any complete line that is not a JSON object holding `required` {field: type} is
     refused in one line (`StoredFileError`); nothing is truncated then, so no line is lost."""
-    if not path.is_file() and not path.is_symlink():
+    if not os.path.lexists(path):  # a FIFO or a link is refused by read_bounded, never taken for absent
         return []
     data = read_bounded(path, MAX_JSONL_BYTES)
     lines = data.split(b"\n")

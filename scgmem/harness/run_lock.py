@@ -10,7 +10,6 @@ holds the old one); it is never followed if it is a symlink.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -18,7 +17,7 @@ import socket
 import time
 from pathlib import Path
 
-from scgmem.harness.safe_files import UnsafeLink
+from scgmem.harness.safe_files import UnsafeLink, open_fd
 from scgmem.harness.untrusted import StoredFileError
 
 LOCK_NAME = ".run.lock"
@@ -51,12 +50,10 @@ def run_dir_lock(run_dir: Path, record: bool = True):
     `record`: write this process as the holder into the file."""
     path = Path(run_dir) / LOCK_NAME
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise UnsafeLink(path, "symlink", os.readlink(path), "the harness writes this file itself; remove the link") \
-                from None
-        raise
+        fd = open_fd(path, os.O_RDWR | os.O_CREAT)  # a FIFO in its place is refused, never waited on
+    except UnsafeLink:
+        raise UnsafeLink(path, "symlink", os.readlink(path), "the harness writes this file itself; remove the link") \
+            from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from scgmem.harness.run_lock import probe_run_dir_lock
-from scgmem.harness.safe_files import check_run_dir_links
+from scgmem.harness.safe_files import check_run_dir_links, open_fd
 from scgmem.harness.untrusted import StoredFileError
 
 
@@ -45,6 +45,6 @@ class RunLogHandler(logging.FileHandler):
         super().__init__(filename, mode, encoding, delay, errors)
 
     def _open(self):
-        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if "a" in self.mode else os.O_TRUNC)
-        return os.fdopen(os.open(self.baseFilename, flags, 0o644), self.mode, encoding=self.encoding,
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if "a" in self.mode else os.O_TRUNC)
+        return os.fdopen(open_fd(Path(self.baseFilename), flags), self.mode, encoding=self.encoding,
                          errors=self.errors)

@@ -20,6 +20,7 @@ import contextlib
 import errno
 import json
 import os
+import stat
 from pathlib import Path
 
 from scgmem.harness.untrusted import MAX_DEPTH, StoredFileError, parse_json
@@ -38,9 +39,35 @@ class UnsafeLink(StoredFileError):
     """A symlink where the harness reads or writes; str(e) is the one line."""
 
 
+# wandb (logger=wandb) writes these links itself, pointing into its own folders (latest-run at the
+# newest run-* folder, the debug logs into ~/.cache/wandb): allowed below <run dir>/wandb/ only,
+# wherever they point. The harness never reads or writes through them.
+WANDB_LINKS = {"latest-run", "debug.log", "debug-internal.log", "debug-core.log"}
+
+
+def _wandb_link(run_dir: Path, path: Path) -> bool:
+    parts = path.relative_to(run_dir).parts
+    return len(parts) >= 2 and parts[0] == "wandb" and path.name in WANDB_LINKS
+
+
+def _kind(mode: int) -> str:
+    return ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+
+
+class SpecialFile(StoredFileError):
+    """A FIFO, socket or device where the harness reads or writes a file; str(e) is the one line."""
+
+    def __init__(self, path, mode: int) -> None:
+        super().__init__(path, "file", _kind(mode), "the harness reads and writes regular files only; "
+                         "remove it")
+
+
 def check_run_dir_links(run_dir: Path) -> None:
-    """Refuse a run directory holding a symlink that leads outside it, or any symlink named like
-    a file the harness writes. The directory itself may be a link (the user chose it)."""
+    """Refuse a run directory holding a symlink that leads outside it, any symlink named like a
+    file the harness writes, or a FIFO, socket or device (reading one blocks or never ends). The
+    directory itself may be a link (the user chose it); wandb's own links (WANDB_LINKS) are allowed
+    below wandb/."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return
@@ -48,11 +75,16 @@ def check_run_dir_links(run_dir: Path) -> None:
     for folder, dirs, files in os.walk(run_dir, followlinks=False):
         for name in dirs + files:
             path = Path(folder) / name
-            if not path.is_symlink():
+            mode = os.lstat(path).st_mode  # never opened: opening a FIFO blocks
+            if not stat.S_ISLNK(mode):
+                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    raise SpecialFile(path, mode)
                 continue
             target = os.readlink(path)
             if name in OWN_NAMES:
                 raise UnsafeLink(path, "symlink", target, "the harness writes this file itself; remove the link")
+            if _wandb_link(run_dir, path):
+                continue
             if not path.resolve().is_relative_to(root):
                 raise UnsafeLink(path, "symlink", target, f"leads outside the run directory {run_dir}")
 
@@ -80,14 +112,28 @@ def open_nofollow(path: Path, mode: str = "r", *, exclusive: bool = False):
     binary = "b" in mode
     flags = {"r": os.O_RDONLY, "r+": os.O_RDWR, "a": os.O_WRONLY | os.O_APPEND | os.O_CREAT,
              "w": os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)}[mode.replace("b", "")]
+    fd = open_fd(path, flags)
+    return os.fdopen(fd, mode, **({} if binary else {"encoding": "utf-8"}))
+
+
+def open_fd(path: Path, flags: int, perm: int = 0o644) -> int:
+    """os.open(path, flags) that neither follows a symlink at `path` nor blocks on a FIFO (opened
+    non-blocking, then refused unless it is a regular file); the descriptor is blocking again."""
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), perm)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise UnsafeLink(path, "symlink", os.readlink(path) if os.path.islink(path) else "?",
                              "refused to follow it; remove the link") from None
+        if e.errno == errno.ENXIO:  # a FIFO opened for writing with no reader
+            raise SpecialFile(path, os.lstat(path).st_mode) from None
         raise
-    return os.fdopen(fd, mode, **({} if binary else {"encoding": "utf-8"}))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise SpecialFile(path, mode)
+    os.set_blocking(fd, True)
+    return fd
 
 
 def read_bounded(path: Path, max_bytes: int, field: str = "file") -> bytes:

@@ -92,9 +92,9 @@ def check_record(r: dict, q, protocol, path, where: str, prompt) -> None:
     if r.get("bertscore_f1") is not None:
         need_number(r["bertscore_f1"], path, field("bertscore_f1"), -1.0, 1.0)  # rescaled BERTScore may be < 0
     need_number(r.get("latency_s"), path, field("latency_s"), 0.0, 1e7)
-    for name in ("prompt_tokens", "context_tokens"):
-        if name in r or name == "prompt_tokens":
-            need_int(r.get(name), path, field(name), 0, 10**9)
+    for name in ("prompt_tokens", "context_tokens"):  # absent in records older than the counts
+        if name in r:
+            need_int(r[name], path, field(name), 0, 10**9)
     if "context_turns" in r and r["context_turns"] != len(retrieved):
         raise StoredFileError(path, field("context_turns"), r["context_turns"],
                               f"must count the retrieved turns ({len(retrieved)})")

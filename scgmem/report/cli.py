@@ -21,6 +21,8 @@ import logging
 import sys
 from pathlib import Path
 
+from scgmem.report.output import write_output
+from scgmem.harness.untrusted import StoredFileError
 from scgmem.report import figures, judged, tables, writers
 from scgmem.report.collect import NoRunsError, collect, collect_all, for_experiment, newest_sweep, shown_path
 from scgmem.report.paired import N_RESAMPLES
@@ -142,6 +144,14 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return _command(args, argv)
+    except StoredFileError as e:  # a run file that is not what scgmem-run writes, a link or FIFO at an output
+        print(f"error: {args.command}: {e}", file=sys.stderr)
+        return 2
+
+
+def _command(args, argv: list[str] | None) -> int:
     if args.command == "merge":
         from scgmem.report.merge import MergeError, merge_runs
         try:
@@ -193,7 +203,7 @@ def _rescore(args, argv: list[str] | None) -> int:
     from scgmem.report.rescore import write_rescored
     command = "scgmem-report " + " ".join(sys.argv[1:] if argv is None else argv)
     try:
-        run = load_run(args.run)
+        run = load_run(args.run, args.data)
         out = Path(args.out) if args.out else Path(args.run)
         paths = write_rescored(run, list(dict.fromkeys(args.gold)), out, command, args.data, args.n_resamples,
                                args.seed)
@@ -237,8 +247,8 @@ def _claims(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     note = (f"Runs: {', '.join(shown_path(d) for d in args.runs)} ({len(runs)} run directories, model "
             f"{runs[0].model}); {args.n_resamples} resamples, seed {args.seed}.")
-    (out / "claims.md").write_text(claims_markdown(found, note), encoding="utf-8")
-    (out / "claims.json").write_text(json.dumps([c.__dict__ for c in found], indent=2) + "\n", encoding="utf-8")
+    write_output(out / "claims.md", claims_markdown(found, note))
+    write_output(out / "claims.json", json.dumps([c.__dict__ for c in found], indent=2) + "\n")
     for name in ("claims.md", "claims.json"):
         print(out / name)
     return 0

@@ -12,13 +12,13 @@ given `+experiment=<name>`.
 """
 from __future__ import annotations
 
-import json
 import logging
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from scgmem.harness.checked_run import read_checked_run, read_yaml, stored_overrides
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +32,14 @@ class NoRunsError(FileNotFoundError):
 
 @dataclass
 class Run:
-    """One finished run. `records` (the per-question predictions) are read on first use."""
+    """One finished run, read through `scgmem.harness.checked_run` (every file checked, every score
+    recomputed from the records)."""
 
     run_dir: Path
     summary: dict
     config: dict = field(default_factory=dict)
     overrides: list[str] = field(default_factory=list)
+    records: list[dict] = field(default_factory=list)
 
     @property
     def model(self) -> str:
@@ -64,7 +66,7 @@ class Run:
         return _experiment_of(self.overrides)
 
     def setting(self, key: str, default=None):
-        """A method setting from the resolved config (e.g. "k", "hops", "constraint")."""
+        """A method setting from the run's config (e.g. "k", "hops", "constraint")."""
         return (self.config.get("method") or {}).get(key, default)
 
     @cached_property
@@ -75,20 +77,6 @@ class Run:
 
         return judged_fraction(self.run_dir)
 
-    @cached_property
-    def records(self) -> list[dict]:
-        path = self.run_dir / PREDICTIONS
-        if not path.is_file():
-            raise NoRunsError(f"{path}: missing; the report needs the per-question records of every run")
-        out = []
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{n}: not a JSON line ({e.msg})") from None
-        return out
-
 
 def shown_path(path: str | Path) -> str:
     """`path` as written into reports: relative to the working directory (the repository, for
@@ -98,31 +86,18 @@ def shown_path(path: str | Path) -> str:
     return str(resolved.relative_to(here)) if resolved.is_relative_to(here) else str(path)
 
 
-def load_run(run_dir: str | Path) -> Run:
-    """Read one run directory. The config comes from `.hydra/config.yaml` (resolved where
-    possible), else from the copy inside summary.json."""
+def load_run(run_dir: str | Path, data_path: str | Path | None = None) -> Run:
+    """Read one run directory through the resume's checks (`read_checked_run`): records that do not
+    recompute, a summary that is not their aggregate, a special file or a planted link are one line
+    (StoredFileError). `data_path`: the data file to check the questions against (default: the
+    run's data.path, when present)."""
     run_dir = Path(run_dir)
     path = run_dir / SUMMARY
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise NoRunsError(f"{path}: no summary.json (is the run finished?)") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e.msg})") from None
-    for key in ("model", "method", "categories"):
-        if key not in summary:
-            raise ValueError(f"{path}: no {key!r} field; not a scgmem-run summary")
-    config = dict(summary.get("config") or {})
-    hydra_cfg = run_dir / ".hydra" / "config.yaml"
-    if hydra_cfg.is_file():
-        loaded = OmegaConf.load(hydra_cfg)
-        try:
-            config = OmegaConf.to_container(loaded, resolve=True)
-        except Exception:  # interpolations that need the Hydra runtime (${hydra:...}) or env
-            config = OmegaConf.to_container(loaded, resolve=False)
-    overrides_path = run_dir / ".hydra" / "overrides.yaml"
-    overrides = [str(o) for o in OmegaConf.load(overrides_path)] if overrides_path.is_file() else []
-    return Run(run_dir=run_dir, summary=summary, config=config, overrides=overrides)
+    if not os.path.lexists(path):
+        raise NoRunsError(f"{path}: no summary.json (is the run finished?)")
+    checked = read_checked_run(run_dir, data_path)
+    return Run(run_dir=run_dir, summary=checked.summary, config=checked.config, overrides=checked.overrides,
+               records=checked.records)
 
 
 def find_run_dirs(root: str | Path) -> list[Path]:
@@ -179,12 +154,13 @@ def _sweep_experiment(sweep_dir: Path) -> str | None:
     """The `+experiment=<name>` a sweep was launched with, from multirun.yaml or a job's overrides."""
     candidates = []
     multirun = sweep_dir / "multirun.yaml"
-    if multirun.is_file():
-        cfg = OmegaConf.load(multirun)
-        candidates = list(OmegaConf.select(cfg, "hydra.overrides.task", default=[]) or [])
+    if multirun.is_file():  # read as plain data: no interpolation resolved (read_yaml)
+        cfg = read_yaml(multirun)
+        task = ((cfg.get("hydra") or {}).get("overrides") or {}).get("task") if isinstance(cfg, dict) else None
+        candidates = [str(t) for t in task] if isinstance(task, list) else []
     else:
         for overrides in sorted(sweep_dir.rglob(".hydra/overrides.yaml"))[:1]:
-            candidates = list(OmegaConf.load(overrides))
+            candidates = stored_overrides(overrides.parent.parent)
     return _experiment_of(candidates)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from scgmem.report.output import open_output, write_output
 from scgmem.report.collect import SUMMARY, Run
 from scgmem.report.paper import run_title
 from scgmem.report.writers import csv_cell, md_text
@@ -153,9 +154,9 @@ def write_costs(runs: list[Run], out_dir: Path) -> list[Path]:
                   *_question_cells(r), ", ".join(f"{k} {v}" for k, v in sorted(r["deviations"].items())) or "none"]
         lines.append("| " + " | ".join(md_text(c) for c in cells) + " |")
     md = out_dir / "costs.md"
-    md.write_text("\n".join(lines) + f"\n\n{NOTE}\n", encoding="utf-8")
+    write_output(md, "\n".join(lines) + f"\n\n{NOTE}\n")
     path_csv = out_dir / "costs.csv"
-    with open(path_csv, "w", newline="", encoding="utf-8") as f:
+    with open_output(path_csv) as f:
         w = csv.writer(f)
         w.writerow(["model", "method", "label", "n", "turns", *[f"{c}_{m.name}" for c in cats for m in per_cat],
                     *[f"average_{name}" for name in averaged], "ingest_s", "answer_s_per_question", "ingest_calls_per_turn",

@@ -25,6 +25,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from scgmem.report.output import open_output
 from scgmem.report.collect import Run, index_runs
 from scgmem.report.costs import RECORDS, question_costs
 from scgmem.report.paired import N_RESAMPLES
@@ -107,15 +108,17 @@ def _save(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
     paths = [out_dir / f"{stem}.png", out_dir / f"{stem}.pdf"]
-    fig.savefig(paths[0], dpi=150, bbox_inches="tight")
+    with open_output(paths[0], binary=True) as f:
+        fig.savefig(f, format="png", dpi=150, bbox_inches="tight")
     # No creation date: the same runs give the same file (committed figures diff cleanly).
-    fig.savefig(paths[1], bbox_inches="tight", metadata={"CreationDate": None})
+    with open_output(paths[1], binary=True) as f:
+        fig.savefig(f, format="pdf", bbox_inches="tight", metadata={"CreationDate": None})
     return paths
 
 
 def _write_csv(path: Path, rows: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with open_output(path) as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["empty"])
         writer.writeheader()
         writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)  # labels are text

@@ -19,13 +19,16 @@ and the answering side is summed. Merge question shards and conversation shards 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
 
 from scgmem.report.merge_fields import (add_numbers, check_same_settings, ingest_side, merged_data_info,
                                         merged_generation, subtract_numbers)
+from scgmem.harness.checked_run import read_checked_run
 from scgmem.report.collect import shown_path
+from scgmem.report.output import write_output
 
 SUMMARY = "summary.json"
 PREDICTIONS = "predictions.jsonl"
@@ -40,26 +43,13 @@ def _natural_key(sample_id: str) -> tuple:
 
 
 def _load_shard(run_dir: Path) -> tuple[dict, list[dict]]:
-    summary_path, pred_path = run_dir / SUMMARY, run_dir / PREDICTIONS
-    if not summary_path.is_file():
+    """A shard read through the resume's checks (`scgmem.harness.checked_run`): its records recompute
+    and its summary is their aggregate, or it is refused in one line (StoredFileError)."""
+    summary_path = run_dir / SUMMARY
+    if not os.path.lexists(summary_path):
         raise MergeError(f"{summary_path}: missing (has the shard finished?)")
-    if not pred_path.is_file():
-        raise MergeError(f"{pred_path}: missing")
-    try:
-        summary = json.loads(summary_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise MergeError(f"{summary_path}: not JSON ({e})") from None
-    records = []
-    for number, line in enumerate(pred_path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise MergeError(f"{pred_path}: line {number} is not JSON") from None
-    if len(records) != summary.get("n_questions"):
-        raise MergeError(f"{summary_path}: field n_questions is {summary.get('n_questions')} but "
-                         f"{pred_path} holds {len(records)} predictions")
-    return summary, records
+    checked = read_checked_run(run_dir)
+    return checked.summary, checked.records
 
 
 def _slice(summary: dict) -> frozenset:
@@ -169,9 +159,6 @@ def merge_runs(run_dirs: list[Path], out_dir: Path) -> Path:
     for path, _, _ in loaded:
         if (path / "memory").is_dir():
             shutil.copytree(path / "memory", out_dir / "memory", dirs_exist_ok=True)
-    with open(out_dir / PREDICTIONS, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    summary_path = out_dir / SUMMARY
-    summary_path.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_output(out_dir / PREDICTIONS, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    summary_path = write_output(out_dir / SUMMARY, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary_path

@@ -21,9 +21,9 @@ import csv
 import json
 from pathlib import Path
 
-from hydra.utils import instantiate
-
-from scgmem.data.locomo import LoCoMoSource
+from scgmem.report.output import open_output, write_output
+from scgmem.harness.checked_run import data_of, protocol_of
+from scgmem.harness.untrusted import StoredFileError
 from scgmem.report.collect import Run, shown_path
 from scgmem.report.paired import N_RESAMPLES
 from scgmem.report.paper import CATEGORY_TITLES
@@ -36,16 +36,18 @@ PER_QUESTION = ("sample_id", "qa_index", "category", "reference", *record_metric
 
 
 def _source_and_protocol(run: Run, gold: str, data_path: str | None):
-    config = run.summary.get("config") or run.config
-    if not isinstance(config.get("data"), dict) or not isinstance(config.get("protocol"), dict):
-        raise ValueError(f"{run.run_dir}/summary.json: config has no data or protocol block to rescore with")
-    data = {k: v for k, v in config["data"].items() if k not in ("_target_", "gold")}
+    """The run's data slice under `gold` and its protocol, built from the stored config as plain values
+    (`checked_run`: no interpolation resolved, only the project's protocol classes; chat and judge
+    are not the protocol's, which made `rescore` fail on every run that had `protocol.judge`)."""
+    where = run.run_dir / "summary.json"
+    config = run.config
     # Every answered question is rescored: a session slice is not applied again (under another gold
     # its evidence could drop a question the run answered).
-    data.update(gold=gold, max_sessions=None, **({"path": data_path} if data_path else {}))
-    source = LoCoMoSource(**data)
-    node = {k: v for k, v in config["protocol"].items() if k != "chat"} | {"bertscore": False}
-    return source, instantiate(node, categories=source.scored)
+    source = data_of({**config, "data": {**(config.get("data") or {}), "max_sessions": None}}, where, data_path, gold)
+    if source is None:
+        raise StoredFileError(where, "config.data.path", (config.get("data") or {}).get("path"),
+                              "the run's data file is not here; pass it with --data")
+    return source, protocol_of(config, source.scored, where)
 
 
 def rescore_run(run: Run, gold: str, data_path: str | None = None, n_resamples: int = N_RESAMPLES,
@@ -144,13 +146,12 @@ def write_rescored(run: Run, golds: list[str], out: Path, command: str, data_pat
         summary["command"] = command
         summaries.append(summary)
         paths += [out / f"rescored_{gold}.json", out / f"rescored_{gold}.jsonl"]
-        paths[-2].write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-        paths[-1].write_text("".join(json.dumps({k: r[k] for k in PER_QUESTION}) + "\n" for r in records),
-                             encoding="utf-8")
+        write_output(paths[-2], json.dumps(summary, indent=1) + "\n")
+        write_output(paths[-1], "".join(json.dumps({k: r[k] for k in PER_QUESTION}) + "\n" for r in records))
     rows = comparison_rows(summaries)
     paths += [out / "gold_comparison.md", out / "gold_comparison.csv"]
-    paths[-2].write_text(comparison_markdown(summaries, command), encoding="utf-8")
-    with open(paths[-1], "w", newline="", encoding="utf-8") as f:
+    write_output(paths[-2], comparison_markdown(summaries, command))
+    with open_output(paths[-1]) as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)

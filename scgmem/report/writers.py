@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from scgmem.report.output import open_output, write_output
 from scgmem.harness.paper_settings import MARKS, marks
 from scgmem.report.paper import CATEGORY_TITLES, FLAG_MARKS, JUDGE, METRIC_TITLES, column
 from scgmem.report.tables import Cell, Table
@@ -218,7 +219,7 @@ def csv_cell(value):
 
 def write_csv(path: Path, rows: list[dict], fields) -> None:
     """Rows as CSV with a header, every text cell through `csv_cell`."""
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with open_output(path) as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)
@@ -255,9 +256,9 @@ def write_table(table: Table, out_dir: str | Path) -> list[Path]:
     cells, paired = to_records(table)
     paths = [out_dir / f"{table.name}.md", out_dir / f"{table.name}.csv", out_dir / f"{table.name}_paired.csv",
              out_dir / f"{table.name}.tex", out_dir / f"{table.name}_cat5.csv"]
-    paths[0].write_text(to_markdown(table), encoding="utf-8")
+    write_output(paths[0], to_markdown(table))
     for path, rows, fields in ((paths[1], cells, CSV_FIELDS), (paths[2], paired, PAIRED_FIELDS),
                                (paths[4], cat5_records(table), CAT5_FIELDS)):
         write_csv(path, rows, fields)
-    paths[3].write_text(to_latex(table), encoding="utf-8")
+    write_output(paths[3], to_latex(table))
     return paths

@@ -25,7 +25,9 @@ def _records(scores: dict[int, list[float]]) -> list[dict]:
 
 def _scores(level: float, n: int = 30, noise: float = 0.0, seed: int = 0) -> dict[int, list[float]]:
     rng = np.random.default_rng(seed)
-    return {c: list(np.clip(level + noise * rng.standard_normal(n), 0, 1)) for c in CATS}
+    # in steps of 1/20: an F1 a record's prediction can have (tests/report rec)
+    return {c: [float(v) for v in np.round(np.clip(level + noise * rng.standard_normal(n), 0, 1) * 20) / 20]
+            for c in CATS}
 
 
 def _scg(root, name, level, noise=0.0, seed=0, **settings):

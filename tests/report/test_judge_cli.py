@@ -11,14 +11,13 @@ from scgmem.report.collect import collect
 from scgmem.report.tables import build_table1
 from scgmem.report.paper import PaperTable
 from scgmem.report.writers import to_latex, to_markdown
-from tests.report import rec, write_run
+from tests.report import rec, rescored, write_run
 from tests.report.test_tables import PAPER_DIR
 
 
 def _run(tmp_path):
     records = [rec("conv-1", i, c, 0.5) for i, c in enumerate([1, 1, 2, 2, 4, 4, 5, 5])]
-    for r in records:
-        r["prediction"] = f"answer {r['qa_index']}"
+    records = [rescored({**r, "prediction": f"answer {r['qa_index']}"}) for r in records]
     return write_run(tmp_path / "runs" / "scgmem", model="m", method="scgmem", records=records)
 
 

@@ -59,7 +59,7 @@ def test_overlapping_or_different_shards_are_refused(runs, tmp_path, capsys):
     (other / "summary.json").write_text("{")
     assert report_main(["merge", "--out", str(tmp_path / "z"), str(runs / "a"), str(other)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "other/summary.json: not JSON" in err
+    assert err.count("\n") == 0 and "other/summary.json: file:" in err and "not valid JSON" in err
     assert not (tmp_path / "z").exists()  # nothing written on error
 
 

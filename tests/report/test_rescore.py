@@ -10,28 +10,23 @@ from scgmem.report import cli
 from scgmem.report.collect import load_run
 from scgmem.report.rescore import rescore_run
 from scgmem.scoring.protocols import NOT_MENTIONED
-from tests.report import write_run
+from scgmem.scoring.protocols import AmemProtocol
+from tests.report import CATEGORIES, data_record, write_run
 
 PROTOCOL = {"_target_": "scgmem.scoring.protocols.AmemProtocol", "temperature": None, "max_new_tokens": 50,
             "cat5_reference": "adversarial", "chat": {"system_prompt": "x"}, "answer_format": "json",
-            "bertscore": True}  # BERTScore is never rescored: the roberta model is not needed
-
-
-def _record(sample_id, qa_index, category, question, prediction, f1, evidence, retrieved, options=None):
-    return {"sample_id": sample_id, "qa_index": qa_index, "category": category, "question": question,
-            "reference": "", "prediction": prediction, "f1": f1, "bleu1": f1, "evidence": evidence,
-            "retrieved": retrieved, "evidence_recall": 0.0, **({"options": options} if options else {})}
+            "bertscore": True,  # BERTScore is never rescored: the roberta model is not needed
+            "judge": None}  # every run's config holds it: rescore crashed on it (issue 48)
 
 
 @pytest.fixture()
 def run_dir(tmp_path, locomo_path):
     """Three answers as a run under the original gold stored them (F1 and BLEU-1 of A-MEM's scoring)."""
+    protocol = AmemProtocol(CATEGORIES, cat5_reference="adversarial")
     records = [
-        _record("conv-30", 31, 1, "How long did it take for Jon to open his studio?", "six months", 1.0,
-                ["D1:2"], ["D1:2"]),  # the audit: "five months"
-        _record("conv-26", 1, 2, "When did Melanie paint a sunrise?", "2022", 1.0, ["D1:12"], ["D1:14"]),
-        _record("conv-26", 152, 5, "What did Caroline realize after her charity race?", NOT_MENTIONED, 0.0,
-                ["D2:3"], [], options=[NOT_MENTIONED, "self-care is important"]),
+        data_record(locomo_path, "conv-30", 31, "six months", ["D1:2"], protocol),  # the audit: "five months"
+        data_record(locomo_path, "conv-26", 1, "2022", ["D1:14"], protocol),
+        data_record(locomo_path, "conv-26", 152, NOT_MENTIONED, [], protocol),
     ]
     run = write_run(tmp_path / "run", model="m", method="scgmem", records=records)
     summary = json.loads((run / "summary.json").read_text())
@@ -68,4 +63,5 @@ def test_cli_writes_the_comparison_and_refuses_a_question_the_data_does_not_hold
     first = json.loads(lines[0]) | {"question": "Another question?"}
     (run_dir / "predictions.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
     assert cli.main(["rescore", str(run_dir), "--gold", "audited", "--out", str(out)]) == 2
-    assert "conv-30 qa 31: not in" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip()
+    assert "line 1 (conv-30 qa 31): field 'question'" in err and "differs from the data" in err and "\n" not in err

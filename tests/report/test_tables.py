@@ -14,7 +14,7 @@ from scgmem.report.paper import PaperTable
 from scgmem.report.tables import average_ci, build_table1, build_table2
 from scgmem.report.writers import to_latex, to_markdown, write_table
 from scgmem.scoring.metrics import bootstrap_ci, paired_bootstrap
-from tests.report import rec, write_run
+from tests.report import rec, rescored, write_run
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER_DIR = ROOT / "results" / "paper"
@@ -186,10 +186,8 @@ def test_model_without_paper_numbers_uses_the_fallback(tmp_path):
 
 def test_mixed_category_sets_are_refused(tmp_path, paper_csv):
     write_run(tmp_path / "a", model="m", method="amem", records=_records("amem"))
-    run_b = write_run(tmp_path / "b", model="m", method="scgmem", records=_records("scgmem"))
-    summary = json.loads((run_b / "summary.json").read_text())
-    summary["categories"].pop("temporal")
-    (run_b / "summary.json").write_text(json.dumps(summary))
+    write_run(tmp_path / "b", model="m", method="scgmem", records=[r for r in _records("scgmem") if r["category"] != 2],
+              categories={1: "multi_hop", 4: "single_hop", 5: "adversarial"})
     with pytest.raises(ValueError, match="different categories"):
         build_table1(collect(tmp_path), paper_csv)
 
@@ -313,6 +311,7 @@ def test_category5_apart_is_in_the_markdown_and_its_own_csv(tmp_path, paper_csv)
     for r in records:
         if r["category"] == 5:
             r["prediction"], r["options"] = traps[r["qa_index"]], ["Not mentioned in the conversation", "Paris"]
+    records = [rescored(r) for r in records]
     run = write_run(tmp_path / "runs" / "r", model="qwen2.5-3b", method="scgmem", records=records)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["average_1_4"]["f1"] == pytest.approx(75.0) and summary["category5"]["trap_exact_rate"] == 0.5
