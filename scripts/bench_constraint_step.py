@@ -24,9 +24,10 @@ from collections import OrderedDict
 
 import torch
 
-from scgmem.core.constraint import MaskRows, RawLogprobs, SchemaConstraint
-from scgmem.core.key_state import DEAD, KeyTracker, RowState, prompt_key
 from scgmem.core.schema import TokenTrie
+from scgmem.llm.key_rule import DEAD, RowState
+from scgmem.llm.local.key_tracker import KeyTracker, prompt_key
+from scgmem.llm.local.schema_processor import MaskRows, RawLogprobs, SchemaConstraint
 
 
 def reference_remember(tracker, pids, generated, states, eos_logprobs, token_logprobs) -> None:
@@ -68,11 +69,11 @@ class ReferenceMaskRows(MaskRows):
         if self._device != device:
             self._device, self._rows = device, OrderedDict()
         rows = []
-        for r, state in enumerate(states):
+        for state in states:
             situation = self.situation(state)
             row = self._rows.get(situation)
             if row is None:
-                row = self._rows[situation] = self._build(situation, r)
+                row = self._rows[situation] = self._build(situation)
                 if len(self._rows) > self.capacity:
                     self._rows.popitem(last=False)
             else:

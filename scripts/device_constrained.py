@@ -51,7 +51,8 @@ def measure_constrained(llm, corpus: list[str], sync, *, rows: int = 16, beam_pr
     """{"greedy": ..., "beam": ...}: ms per step constrained / unconstrained and processor ms per step."""
     from transformers import SuppressTokensLogitsProcessor
 
-    from scgmem.core.decoding import SchemaDecoding, generate_keys
+    from scgmem.core.decoding import generate_keys
+    from scgmem.llm.local.constraint import SchemaDecoding
     from scgmem.core.schema import CognitiveSchema
 
     schema = CognitiveSchema(llm.encode, len(llm.tokenizer), forbidden_ids=llm.eos_token_ids)

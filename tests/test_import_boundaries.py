@@ -130,9 +130,11 @@ def test_no_import_circle_across_the_code_folders():
     assert not circles, "import circles: " + "; ".join(" <-> ".join(c) for c in circles)
 
 
-# Which parts of scgmem/llm may not import which: the served backend stands on the neutral floor
-# (scgmem/llm/*.py), never on the transformers backend; nothing in llm/ imports the method core.
-LLM_FORBIDDEN = {"scgmem/llm/served": ("scgmem.llm.local",)}
+# Which parts may not import which: the served backend stands on the neutral floor (scgmem/llm/*.py),
+# never on the transformers backend; nothing in llm/ imports the method core, and the core sees the
+# models only through the floor (the protocol, the constraint as data, the key-list rule).
+LLM_FORBIDDEN = {"scgmem/llm/served": ("scgmem.llm.local",), "scgmem/llm": ("scgmem.core",),
+                 "scgmem/core": ("scgmem.llm.local", "scgmem.llm.served")}
 
 
 @pytest.mark.parametrize("folder, forbidden", sorted(LLM_FORBIDDEN.items()))

@@ -2,9 +2,9 @@
 
 - `concepts`     3.1       concept strings: parsing, normalisation, validation
 - `schema`       3.2       the cognitive schema S as a token-id trie (Eq. 4-5)
-- `key_state`    3.3       where each generated row stands in the trie (multi-key lists)
-- `constraint`   3.3       the logits processor that masks tokens leaving the trie (Eq. 6)
 - `decoding`     3.3       constrained generation of key lists, read back with raw log-probs
+                           (the key-list rule itself is `scgmem.llm.key_rule`; each backend compiles it:
+                           the logits processor in `scgmem.llm.local`, the grammar in `scgmem.llm.served`)
 - `beam_search`  3.3, 3.6  the b most probable keys of S (Eq. 11)
 - `evolution`    3.4       assimilation (Eq. 7) and accommodation (Eq. 8-9)
 - `graph`        3.5       the associative graph (Eq. 10)

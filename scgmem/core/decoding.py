@@ -4,10 +4,10 @@
 constraint (Eq. 6), stated as data (`KeyConstraint`): keys are written as " k1, k2, k3",
 EOS ends the list wherever a key may end (one EOS id only, `key_end_id`, so a key ends
 one way), and after `max_keys` keys only EOS may follow. Each backend compiles the
-constraint its own way: the local one into `SchemaDecoding`'s logits processors
-(`constraint.SchemaConstraint`), a serving engine into a token-id grammar and client-side
+constraint's rule (`scgmem.llm.key_rule`) its own way: the local one into logits processors
+(scgmem/llm/local/constraint.py), a serving engine into a token-id grammar and client-side
 steps (scgmem/llm/served). `KeyReader` reads every returned sequence back into keys from
-its ids and raw log-probs, whichever backend produced them.
+its ids and raw log-probs, whichever backend produced them, by replaying the same rule.
 
 Example::
 
@@ -19,12 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from transformers import LogitsProcessor
-
-from scgmem.core.constraint import MaskRows, SchemaConstraint
-from scgmem.core.key_state import DEAD, KeyTracker, RowState
 from scgmem.core.schema import NO_NODE, CognitiveSchema, TokenTrie
 from scgmem.llm.constraint_spec import KeyConstraint
+from scgmem.llm.key_rule import DEAD, KeyRule, RowState
 from scgmem.llm.protocol import Generation, LanguageModel
 
 
@@ -68,43 +65,9 @@ class KeyList:
         return sum(k.logprob for k in self.keys) / n if n else float("nan")
 
 
-class SchemaDecoding:
-    """The schema constraint compiled for the local backend: the processor factory of one
-    constrained `LLM.generate` call (`scgmem.llm.local.constraint` builds it from a `KeyConstraint`).
-
-    Args:
-        trie: the schema's token trie.
-        terminator / eos_ids / pad_id: the separator ending a key, the ids that may end the list,
-            the model's padding token.
-        max_keys: keys per generated sequence (None = until EOS).
-        distinct / record_logprobs / scores_are_logprobs: see `KeyTracker` and `SchemaConstraint`.
-    """
-
-    def __init__(self, trie: TokenTrie, *, terminator: int, eos_ids: Sequence[int], pad_id: int,
-                 max_keys: int | None, distinct: bool = True, record_logprobs: bool = True,
-                 scores_are_logprobs: bool = False) -> None:
-        self.scores_are_logprobs = scores_are_logprobs
-        self.pad_id = pad_id
-        self.record_logprobs = record_logprobs
-        # One tracker and one set of mask rows for the whole call: its batches share the trie.
-        self.tracker = KeyTracker(trie, terminator=terminator, eos_ids=eos_ids, max_keys=max_keys, distinct=distinct)
-        self.mask_rows = MaskRows(self.tracker, pad_id)
-        self.processors: list[SchemaConstraint] = []
-
-    def __call__(self, prompt_length: int, rows: int) -> list[LogitsProcessor]:
-        proc = SchemaConstraint(self.tracker, prompt_length, pad_id=self.pad_id, mask_rows=self.mask_rows,
-                                record_logprobs=self.record_logprobs, scores_are_logprobs=self.scores_are_logprobs)
-        self.processors.append(proc)
-        return [proc]
-
-    @property
-    def dead_rows(self) -> int:
-        return sum(p.dead_rows for p in self.processors)
-
-
 class KeyReader:
     """Reads the keys of a generated sequence from its ids and raw log-probs, whichever backend
-    produced them, by replaying the trie transitions of `KeyTracker.step` from the root: the
+    produced them, by replaying the key-list rule's transitions (`KeyRule.step`) from the root: the
     same states the local processor reached, and for a server's reply the check that every
     generated key is a path of S (a key outside it is kept with concept None and counted by
     the caller, never trusted).
@@ -118,8 +81,7 @@ class KeyReader:
     def __init__(self, schema: CognitiveSchema, constraint: KeyConstraint, decode: Callable[[list[int]], str]) -> None:
         self.schema = schema
         self.decode = decode
-        self.tracker = KeyTracker(schema.trie, terminator=constraint.terminator, eos_ids=[constraint.end_id],
-                                  max_keys=constraint.max_keys, distinct=constraint.distinct)
+        self.rule = KeyRule.of(constraint)
 
     def _key(self, ids: list[int], start: int, end: int, logprob: float) -> GeneratedKey:
         body = ids[start:end]
@@ -140,7 +102,7 @@ class KeyReader:
             return KeyList(keys, score, text, complete=False, tracked=False)
         state = RowState(TokenTrie.ROOT)
         for position, (token, lp) in enumerate(zip(ids, gen.token_logprobs)):
-            state = self.tracker.step(state, token, lp, position)
+            state = self.rule.step(state, token, lp, position)
         eos_lp = float("nan") if gen.end_logprob is None else gen.end_logprob
         keys = [self._key(ids, s, e, lp) for s, e, lp in state.keys]
         complete = True
@@ -168,7 +130,7 @@ def key_end_id(llm: LanguageModel) -> int:
 
 def generate_keys(llm: LanguageModel, schema: CognitiveSchema, prompts: Sequence[str], *, max_keys: int | None = None,
                   num_beams: int = 1, temperature: float = 0.0, seeds: Sequence[int] | None = None,
-                  max_new_tokens: int | None = None) -> tuple[list[list[KeyList]], SchemaDecoding]:
+                  max_new_tokens: int | None = None) -> tuple[list[list[KeyList]], KeyReader]:
     """Constrained generation of key lists, one call for all prompts.
 
     Args:

@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-NO_NODE = -1  # what `child` returns when prefix + token is not a path
+from scgmem.llm.constraint_spec import NO_NODE  # what `child` returns when prefix + token is not a path
 
 
 class TokenTrie:

@@ -9,6 +9,8 @@ that end id may follow. The method states *what* may be generated; each backend 
 * a serving engine into an llguidance Lark grammar over token ids
   (`scgmem.llm.served.lark_trie`) plus client-side steps (`scgmem.llm.served.keys`).
 
+Which token may come next is one rule for both, `scgmem.llm.key_rule`.
+
 A constrained `generate` returns, besides the ids, the *raw* log-prob of every generated token
 (under the model's own distribution, before any mask: `Generation.token_logprobs`) and of the end
 id that closed the list (`Generation.end_logprob`); the method reads its keys from those.
@@ -21,8 +23,14 @@ from dataclasses import dataclass
 from typing import Iterator, Protocol
 
 
+NO_NODE = -1  # what `TrieView.child` returns when the node has no edge labelled with the token
+
+
 class TrieView(Protocol):
-    """The read-only questions a backend asks of a token trie (`scgmem.core.schema.TokenTrie`)."""
+    """The read-only questions a backend asks of a token trie (`scgmem.core.schema.TokenTrie`).
+
+    `child` gives NO_NODE where there is no edge; `edges` yields (token, child) pairs; `count` is
+    the number of keys below a node; `parent` and `token_into` name the edge into a node."""
 
     ROOT: int
     vocab_size: int
@@ -32,7 +40,13 @@ class TrieView(Protocol):
 
     def edges(self, node: int) -> Iterator[tuple[int, int]]: ...
 
+    def num_children(self, node: int) -> int: ...
+
     def count(self, node: int) -> int: ...
+
+    def parent(self, node: int) -> int: ...
+
+    def token_into(self, node: int) -> int: ...
 
 
 @dataclass(frozen=True)

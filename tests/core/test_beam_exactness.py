@@ -79,7 +79,7 @@ def test_beam_search_returns_the_exact_top_keys_when_the_beams_can_hold_the_sche
 
 def test_a_finished_key_may_take_one_eos_only(multi_eos_llm, monkeypatch):
     import scgmem.core.decoding as decoding
-    import scgmem.llm.local.constraint as local
+    import scgmem.llm.local.backend as local
 
     llm = multi_eos_llm
     schema = schema_of(llm, ("lake", "hiking"))

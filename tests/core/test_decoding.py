@@ -16,8 +16,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scgmem.core.constraint import SchemaConstraint
-from scgmem.core.key_state import KeyTracker
+from scgmem.llm.local.schema_processor import SchemaConstraint
+from scgmem.llm.local.key_tracker import KeyTracker
 from scgmem.core.schema import TokenTrie
 from tests.core.reference_trie import ReferenceTrie
 
@@ -230,7 +230,7 @@ def test_a_key_without_terminator_is_an_error_not_a_row_of_minus_inf():
     trie.insert([0])  # no terminator: after "a" nothing may follow
     proc = constraint(trie, 1, terminator=2, eos_ids=[4], pad_id=3)
     proc(torch.tensor([[0]]), torch.zeros(1, 5))
-    with pytest.raises(RuntimeError, match="allows no token"):
+    with pytest.raises(ValueError, match="allows no token"):
         proc(torch.tensor([[0, 0]]), torch.zeros(1, 5))
 
 

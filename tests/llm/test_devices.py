@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import DynamicCache, LlamaConfig
 
-from scgmem.core.constraint import SchemaConstraint
-from scgmem.core.key_state import KeyTracker
+from scgmem.llm.local.schema_processor import SchemaConstraint
+from scgmem.llm.local.key_tracker import KeyTracker
 from scgmem.core.schema import TokenTrie
 from scgmem.llm.local.prefix_cache import layout_batch
 from scgmem.llm.local.sampling import SeededGumbelSampler, TokenLogprobRecorder

@@ -3,7 +3,6 @@ in fp32 constrained by llguidance's own bitmask (compiled from our Lark grammar,
 Python package and torch helpers) against the local trie processor, on conv-26 session 1."""
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -21,14 +20,16 @@ TOL = 5e-5
 def test_a_key_dropped_from_the_grammar_is_refused_by_llguidance():
     from llguidance.hf import from_tokenizer  # noqa: F401
     from scgmem.core.schema import TokenTrie
+    from scgmem.llm.key_rule import KeyRule, RowState
     from scgmem.llm.served.lark_trie import key_grammar
 
     trie = TokenTrie(vocab_size=50)
     keys = [[3, 4, 9], [3, 9], [7, 9], [8, 9], [10, 11, 9]]
     for k in keys:
         trie.insert(k)
-    grammar = key_grammar(trie, terminator=9, end_id=1, last=False)
-    kept = key_grammar(trie, terminator=9, end_id=1, last=False, used=Counter([trie.walk([7]), trie.walk([7, 9])]))
+    rule = KeyRule(trie, terminator=9, eos_ids=[1])
+    grammar = key_grammar(rule)
+    kept = key_grammar(rule, RowState(trie.ROOT, 1, used=(trie.walk([7]), trie.walk([7, 9]))))
 
     def accepts(g, tokens):
         m = llguidance.LLMatcher(_toy_tokenizer(50), llguidance.LLMatcher.grammar_from_lark(g))
@@ -38,7 +39,8 @@ def test_a_key_dropped_from_the_grammar_is_refused_by_llguidance():
         assert accepts(grammar, k) and accepts(grammar, k[:-1] + [1])
     assert not accepts(kept, [7, 9]) and accepts(kept, [8, 9])  # the used key is gone, its sibling stays
     assert not accepts(grammar, [3, 4, 4, 9]) and not accepts(grammar, [5, 9])
-    assert not accepts(key_grammar(trie, terminator=9, end_id=1, last=True), [3, 9])  # the last key ends with EOS
+    last = KeyRule(trie, terminator=9, eos_ids=[1], max_keys=1)
+    assert not accepts(key_grammar(last), [3, 9])  # the last key ends with EOS
 
 
 def _toy_tokenizer(n: int):

@@ -30,6 +30,7 @@ from scgmem.llm.local.batch_plan import split_call
 from scgmem.llm.chat_template import (DEFAULT_DATE, DEFAULT_SYSTEM_PROMPT, ChatPolicy, eos_token_ids, render_messages,
                                       template_report)
 from scgmem.llm.constraint_spec import KeyConstraint
+from scgmem.llm.local.constraint import LocalKeyConstraint
 from scgmem.llm.local.generation import effective_settings, explicit_config, neutralise
 from scgmem.llm.local.gqa_attention import check_implementation
 from scgmem.llm.loading import model_identity, resolve_model_dir
@@ -265,7 +266,6 @@ class LLM(TokenizerFacts):
                                  num_return_sequences=num_return_sequences, length_penalty=length_penalty,
                                  eos_token_ids=self.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id)
         if constraint is not None:
-            from scgmem.llm.local.constraint import LocalKeyConstraint  # local: it imports the core's processor
             processors = LocalKeyConstraint(constraint, pad_id=self.tokenizer.pad_token_id, beams=num_beams > 1)
         names = [] if processors is None else ["SchemaDecoding" if constraint is not None else type(processors).__name__]
         self.settings_log.record(

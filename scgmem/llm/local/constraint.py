@@ -1,23 +1,64 @@
 """A `KeyConstraint` compiled for the local transformers backend: the schema trie's logits
-processor (`scgmem.core.decoding.SchemaDecoding`, paper Eq. 6) and, after generation, the raw
-log-probs it recorded for each returned sequence.
+processors (paper Eq. 6) and, after generation, the raw log-probs they recorded for each
+returned sequence. The local twin of the served backend's `lark_trie` + `keys`: both compile the
+one key-list rule (`scgmem.llm.key_rule`).
 
 The processor records the raw log-prob of every generated prefix's last token and of the end
-id next (one step behind the scores, see `scgmem.core.constraint.RawLogprobs`); `logprobs`
-reads them back per sequence, so a local `Generation` carries the same `token_logprobs` /
-`end_logprob` a server reply is turned into, and the method reads keys from either alike.
+id next (one step behind the scores, see `schema_processor.RawLogprobs`); `logprobs` reads them
+back per sequence, so a local `Generation` carries the same `token_logprobs` / `end_logprob` a
+server reply is turned into, and the method reads keys from either alike.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-from scgmem.core.decoding import SchemaDecoding
-from scgmem.core.key_state import prompt_key
-from scgmem.llm.constraint_spec import KeyConstraint
+from transformers import LogitsProcessor
+
+from scgmem.llm.constraint_spec import KeyConstraint, TrieView
+from scgmem.llm.local.key_tracker import KeyTracker, prompt_key
+from scgmem.llm.local.schema_processor import MaskRows, SchemaConstraint
+
+
+class SchemaDecoding:
+    """The processor factory of one constrained `LLM.generate` call (`processors=` of the backend).
+
+    Args:
+        trie: the schema's token trie.
+        terminator / eos_ids / pad_id: the separator ending a key, the ids that may end the list,
+            the model's padding token.
+        max_keys: keys per generated sequence (None = until EOS).
+        distinct / record_logprobs / scores_are_logprobs: see `KeyRule` and `SchemaConstraint`.
+    """
+
+    def __init__(self, trie: TrieView, *, terminator: int, eos_ids: Sequence[int], pad_id: int,
+                 max_keys: int | None, distinct: bool = True, record_logprobs: bool = True,
+                 scores_are_logprobs: bool = False) -> None:
+        self.scores_are_logprobs = scores_are_logprobs
+        self.pad_id = pad_id
+        self.record_logprobs = record_logprobs
+        # One tracker and one set of mask rows for the whole call: its batches share the trie.
+        self.tracker = KeyTracker(trie, terminator=terminator, eos_ids=eos_ids, max_keys=max_keys, distinct=distinct)
+        self.mask_rows = MaskRows(self.tracker, pad_id)
+        self.processors: list[SchemaConstraint] = []
+
+    def __call__(self, prompt_length: int, rows: int) -> list[LogitsProcessor]:
+        proc = SchemaConstraint(self.tracker, prompt_length, pad_id=self.pad_id, mask_rows=self.mask_rows,
+                                record_logprobs=self.record_logprobs, scores_are_logprobs=self.scores_are_logprobs)
+        self.processors.append(proc)
+        return [proc]
+
+    @property
+    def dead_rows(self) -> int:
+        return sum(p.dead_rows for p in self.processors)
+
+    def logprobs(self, prompt_ids: Sequence[int], token_ids: Sequence[int]) -> tuple[list[float] | None, float | None]:
+        """(raw log-prob of each token, raw log-prob of the end id after them); (None, None) when
+        the sequence was not tracked (a prompt the processors never saw)."""
+        return self.tracker.token_logprobs(prompt_key(prompt_ids, self.pad_id), list(token_ids))
 
 
 class LocalKeyConstraint(SchemaDecoding):
-    """The processor factory of one constrained `LLM.generate` call (`processors=` of the backend).
+    """`SchemaDecoding` of a `KeyConstraint` (its one end id).
 
     Args:
         constraint: what may be generated.
@@ -29,8 +70,3 @@ class LocalKeyConstraint(SchemaDecoding):
         super().__init__(constraint.trie, terminator=constraint.terminator, eos_ids=[constraint.end_id],
                          pad_id=pad_id, max_keys=constraint.max_keys, distinct=constraint.distinct,
                          record_logprobs=constraint.record_logprobs, scores_are_logprobs=beams)
-
-    def logprobs(self, prompt_ids: Sequence[int], token_ids: Sequence[int]) -> tuple[list[float] | None, float | None]:
-        """(raw log-prob of each token, raw log-prob of the end id after them); (None, None) when
-        the sequence was not tracked (a prompt the processors never saw)."""
-        return self.tracker.token_logprobs(prompt_key(prompt_ids, self.pad_id), list(token_ids))

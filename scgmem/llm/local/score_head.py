@@ -2,7 +2,7 @@
 
 On a bf16 model the logits leave `lm_head` in bf16 and transformers casts them to float32
 only afterwards. At real instruct models' logit sizes (8-64) the bf16 step is 0.06-0.25, so
-SCG-Mem's recorded key log-probs (scgmem/core/constraint.py `RawLogprobs`), its quantile
+SCG-Mem's recorded key log-probs (scgmem/llm/local/schema_processor.py `RawLogprobs`), its quantile
 thresholds and its beam scores would carry that rounding: a CPU comparison gave 91 concepts
 in bf16 against 71 in fp32 on the same conversation.
 

@@ -20,9 +20,10 @@ from typing import Sequence
 
 import torch
 
+from scgmem.llm.key_rule import RowState
 from scgmem.llm.protocol import Generation
 from scgmem.llm.served.dialect import NextTokens, Unsupported
-from scgmem.llm.served.keys import KeyDecoder, _Walk
+from scgmem.llm.served.keys import KeyDecoder
 
 FIRST_TOP_N = 64
 GROWTH = 8
@@ -55,7 +56,7 @@ def beam_search(decoder: KeyDecoder, prompt_ids: Sequence[int], *, num_beams: in
     eos = set(int(e) for e in eos_ids)
     prompt = list(prompt_ids)
     # running beams: ids, raw log-probs, walk; all start at the root, only the first one counts
-    run = [([], [], _Walk(decoder.trie.ROOT)) for _ in range(b)]
+    run = [([], [], RowState(decoder.trie.ROOT)) for _ in range(b)]
     run_scores = torch.zeros(b, dtype=torch.float32)
     run_scores[1:] = -1e9
     fin = [([], [], None) for _ in range(b)]  # finished: ids (end id included), raw log-probs, end log-prob
@@ -65,7 +66,7 @@ def beam_search(decoder: KeyDecoder, prompt_ids: Sequence[int], *, num_beams: in
     improvable, length = True, 0
     while True:
         table = torch.full((b, vocab), float("-inf"), dtype=torch.float32)  # (b, vocab) raw log-probs
-        live = [(i, ids, decoder.allowed(walk)) for i, (ids, _, walk) in enumerate(run) if run_scores[i] > float("-inf")]
+        live = [(i, ids, decoder.rule.allowed(walk)) for i, (ids, _, walk) in enumerate(run) if run_scores[i] > float("-inf")]
         live = [(i, ids, allowed) for i, ids, allowed in live if allowed]
         # the beams' expansions are independent: in flight side by side (the engine batches them)
         with ThreadPoolExecutor(max_workers=max(1, len(live))) as pool:
@@ -80,7 +81,7 @@ def beam_search(decoder: KeyDecoder, prompt_ids: Sequence[int], *, num_beams: in
         cands = []
         for i, t in zip(beam_of, tokens):
             ids, lps, walk = run[i]
-            cands.append((ids + [t], lps + [float(raw[i, t])], decoder.step(walk, t)))
+            cands.append((ids + [t], lps + [float(raw[i, t])], decoder.rule.step(walk, t)))
         hits = torch.tensor([t in eos or length + 1 >= max_new_tokens for t in tokens])
         running_scores = top_scores + hits.to(torch.float32) * -1.0e9
         keep_running = torch.topk(running_scores, k=b)[1].tolist()

@@ -20,14 +20,14 @@ bad reply, never a key.
 from __future__ import annotations
 
 import threading
-from collections import Counter
-from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from scgmem.llm.constraint_spec import KeyConstraint
+from scgmem.llm.key_rule import DONE, KeyRule, RowState
 from scgmem.llm.protocol import Generation
 from scgmem.llm.served.dialect import BadReply, Continuation, NextTokens
-from scgmem.llm.served.lark_trie import key_grammar, spent
+from scgmem.llm.served.lark_trie import key_grammar
+
 
 class Transport(Protocol):
     max_top_n: int | None
@@ -40,29 +40,17 @@ class Transport(Protocol):
     def score(self, prompt_ids: Sequence[int], continuation: Sequence[int]) -> list[float]: ...
 
 
-@dataclass
-class _Walk:
-    """Where a generated prefix stands: trie node, keys done, nodes of the keys done and of the open one."""
-
-    node: int
-    n_keys: int = 0
-    used: Counter = None
-    path: tuple = ()
-
-    def __post_init__(self) -> None:
-        self.used = self.used if self.used is not None else Counter()
-
-
 class KeyDecoder:
     """Args:
         transport: the engine.
-        constraint: what may be generated.
+        constraint: what may be generated; its rule (`KeyRule`) walks every prefix.
         where: the server, for error messages.
     """
 
     def __init__(self, transport: Transport, constraint: KeyConstraint, *, where: str) -> None:
         self.t, self.c, self.where = transport, constraint, where
         self.trie = constraint.trie
+        self.rule = KeyRule.of(constraint)
         self.requests = 0
         self._count_lock = threading.Lock()  # beam expansions count from several threads
 
@@ -70,58 +58,20 @@ class KeyDecoder:
         with self._count_lock:
             self.requests += 1
 
-    # ------------------------------------------------------------------ the trie walk
-    def _last(self, walk: _Walk) -> bool:
-        return self.c.max_keys is not None and walk.n_keys + 1 >= self.c.max_keys
-
-    def allowed(self, walk: _Walk) -> list[int]:
-        """The tokens the local processor would leave unmasked after this prefix (`MaskRows`)."""
-        if walk.node < 0:
-            return []
-        trie, term, out = self.trie, self.c.terminator, []
-        if walk.node == trie.ROOT and walk.used and trie.count(trie.ROOT) <= walk.n_keys:
-            return [self.c.end_id]  # every key used: the list can only end
-        for token, child in trie.edges(walk.node):
-            if self.c.distinct and spent(trie, child, walk.used):
-                continue
-            if token == term:
-                out.append(self.c.end_id)
-                if not self._last(walk):
-                    out.append(term)
-            else:
-                out.append(token)
-        return sorted(set(out))
-
-    def step(self, walk: _Walk, token: int) -> _Walk:
-        """The walk after `token`; node -2 = ended, -3 = left the trie."""
-        trie, term = self.trie, self.c.terminator
-        if walk.node < 0:
-            return walk
-        if token not in self.allowed(walk):
-            return _Walk(-3, walk.n_keys, walk.used)
-        if token == self.c.end_id:
-            return _Walk(-2, walk.n_keys + (walk.node != trie.ROOT), walk.used)
-        child = trie.child(walk.node, token)
-        if token == term:
-            used = walk.used + Counter(walk.path + (child,)) if self.c.distinct else Counter()
-            return _Walk(trie.ROOT, walk.n_keys + 1, used)
-        return _Walk(child, walk.n_keys, walk.used, walk.path + (child,))
-
     # ------------------------------------------------------------------ greedy, key by key
     def greedy(self, prompt_ids: Sequence[int], *, max_new_tokens: int, temperature: float = 0.0,
                seed: int = 0) -> Generation:
         ids: list[int] = []
         lps: list[float] | None = []
-        walk, end_lp, cut = _Walk(self.trie.ROOT), None, False
+        walk, end_lp, cut = RowState(self.trie.ROOT), None, False
         while True:
-            if self.allowed(walk) == [self.c.end_id] and walk.node == self.trie.ROOT:
+            if walk.node == self.trie.ROOT and self.rule.allowed(walk) == [self.c.end_id]:
                 break  # every key is in the list: EOS, which the ids do not carry
             room = max_new_tokens - len(ids)
             if room <= 0:
                 cut = True
                 break
-            grammar = key_grammar(self.trie, terminator=self.c.terminator, end_id=self.c.end_id,
-                                  last=self._last(walk), used=walk.used if self.c.distinct else None)
+            grammar = key_grammar(self.rule, walk)
             reply = self.t.continue_(list(prompt_ids) + ids, grammar, max_tokens=min(room, self.trie.max_depth),
                                      temperature=temperature, seed=seed)
             self.counted()
@@ -149,13 +99,13 @@ class KeyDecoder:
         return Generation(text="", token_ids=ids, logprob=total, n_prompt_tokens=len(prompt_ids), cut=cut,
                           token_logprobs=lps, end_logprob=end_lp)
 
-    def _accept(self, walk: _Walk, reply: Continuation) -> tuple[_Walk, int]:
+    def _accept(self, walk: RowState, reply: Continuation) -> tuple[RowState, int]:
         """Walk the reply's tokens; stop after the key's separator or the end id. A token the
-        grammar did not allow is a bad reply."""
+        rule does not allow is a bad reply."""
         for n, token in enumerate(reply.token_ids):
-            walk = self.step(walk, token)
-            if walk.node == -3:
+            if token not in self.rule.allowed(walk):
                 raise BadReply(f"{self.where}: the engine generated token {token} outside the schema grammar")
-            if walk.node == -2 or (walk.node == self.trie.ROOT and token == self.c.terminator):
+            walk = self.rule.step(walk, token)
+            if walk.node == DONE or (walk.node == self.trie.ROOT and token == self.c.terminator):
                 return walk, n + 1
         return walk, len(reply.token_ids)

@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scgmem.core.constraint import MaskRows, SchemaConstraint
-from scgmem.core.key_state import KeyTracker
+from scgmem.llm.local.schema_processor import MaskRows, SchemaConstraint
+from scgmem.llm.local.key_tracker import KeyTracker
 from tests.core.test_decoding import build, schemas, special
 
 

@@ -1,37 +1,35 @@
-"""Schema-constrained decoding as a logits processor (paper Section 3.3, Eq. 6).
+"""Schema-constrained decoding as a logits processor (paper Section 3.3, Eq. 6): the local twin of
+the served backend's grammar compiler (`scgmem.llm.served.lark_trie` + `keys`).
 
 `SchemaConstraint` is a transformers `LogitsProcessor`: for every row of a batch
-(batch * num_beams rows under beam search) it sets the scores of the tokens that would
-leave the schema trie to -inf. The softmax that follows renormalises over the allowed
-tokens (Eq. 6). It serves greedy decoding, seeded sampling and beam search alike.
+(batch * num_beams rows under beam search) it sets the scores of the tokens the key-list rule
+(`scgmem.llm.key_rule`) does not allow to -inf. The softmax that follows renormalises over the
+allowed tokens (Eq. 6). It serves greedy decoding, seeded sampling and beam search alike.
 
 It is built from three parts, one job each:
 
-* `KeyTracker` (`key_state`): where each row stands in the trie, per generated prefix;
+* `KeyTracker` (`key_tracker`): the rule's state of each row, per generated prefix;
 * `RawLogprobs`: the raw log-prob of each chosen token and of EOS next, under the model's
   own distribution, before the mask (the renormalised constrained distribution would hide
   the "perplexity" signal of Section 3.4: a token with no sibling would always score 0);
-* `MaskRows`: the mask row of each decoding situation (trie node, last key or not, keys
-  spent below it), built when it first occurs in a call and kept on the scores' device,
-  so a step only stacks cached rows.
+* `MaskRows`: the mask row of each `Allowed` the rule gives (trie node's tokens, plus and minus
+  a few), built when it first occurs in a call from the trie's precomputed node rows and kept on
+  the scores' device, so a step only stacks cached rows.
 
-EOS is allowed wherever a key may end, the terminator unless the key is the row's last
-(`max_keys`), and a finished row only pads.
+A finished row only pads (EOS or the pad token).
 """
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from typing import Sequence
 
 import torch
 from transformers import LogitsProcessor
 
-from scgmem.core.key_state import DEAD, KeyTracker, RowState, prompt_key
-from scgmem.core.schema import NO_NODE, TokenTrie
+from scgmem.llm.key_rule import DEAD, FINISHED, Allowed, RowState
+from scgmem.llm.local.key_tracker import KeyTracker, prompt_key
 
 MASK_ROWS_BYTES = 64 << 20  # cached mask rows per call (Qwen2.5's 151,936-token rows: ~440 of them)
-FINISHED = ("finished",)  # mask key of a row that chose EOS or left the trie: EOS or pad only
-ALL_KEYS_USED = ("all keys used",)  # a distinct list that holds every key of S: EOS only
 
 
 class RawLogprobs:
@@ -87,14 +85,15 @@ class RawLogprobs:
 
 
 class MaskRows:
-    """The (vocab,) mask row, True = disallowed, of each decoding situation of one call.
+    """The (vocab,) mask row, True = disallowed, of each `Allowed` of one call.
 
-    A row's mask depends on its trie node, on whether its key is the last one, and, for
-    distinct lists, on which edges below the node lead only to keys the row already wrote.
-    Each such situation's row is built the first time it occurs, on the scores' device
-    (the trie is fixed during a call), and a step stacks the rows of its states. The rows
-    used least recently are dropped beyond `max_bytes` (a recall call over many questions
-    visits thousands of trie nodes); a dropped row is built again when needed.
+    A row's mask is what the key-list rule allows after its state (`KeyRule.allowed_set`): the
+    trie node's tokens (a precomputed dense row or id tensor of the trie), plus the end ids where a
+    key may end, minus the terminator of a last key and the spent tokens. Each distinct `Allowed`
+    is built the first time it occurs, on the scores' device (the trie is fixed during a call), and
+    a step stacks the rows of its states. The rows used least recently are dropped beyond
+    `max_bytes` (a recall call over many questions visits thousands of trie nodes); a dropped row
+    is built again when needed.
     """
 
     def __init__(self, tracker: KeyTracker, pad_id: int, max_bytes: int = MASK_ROWS_BYTES) -> None:
@@ -103,14 +102,14 @@ class MaskRows:
         self.pad_id = int(pad_id)
         self.capacity = max(1, max_bytes // tracker.trie.vocab_size)  # rows of one byte per token
         self._device: torch.device | None = None
-        self._rows: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+        self._rows: OrderedDict[Allowed, torch.Tensor] = OrderedDict()
 
     def mask(self, states: Sequence[RowState], device: torch.device) -> torch.Tensor:
         """(rows, vocab) bool, True where a token is disallowed."""
         if self._device != device:
             self._device, self._rows = device, OrderedDict()
         rows, by_state = [], {}  # many rows hold the same state object (the first step, finished rows)
-        for r, state in enumerate(states):
+        for state in states:
             row = by_state.get(id(state))
             if row is not None:
                 rows.append(row)
@@ -118,7 +117,7 @@ class MaskRows:
             situation = self.situation(state)
             row = self._rows.get(situation)
             if row is None:
-                row = self._rows[situation] = self._build(situation, r)
+                row = self._rows[situation] = self._build(situation)
                 if len(self._rows) > self.capacity:
                     self._rows.popitem(last=False)
             else:
@@ -127,48 +126,27 @@ class MaskRows:
             rows.append(row)
         return torch.stack(rows)
 
-    def situation(self, state: RowState) -> tuple:
-        """What a row's mask depends on: (node, last key, spent tokens), or FINISHED / ALL_KEYS_USED."""
-        if state.node < 0:
-            return FINISHED
-        trie, spent = self.trie, ()
-        if state.used:
-            if state.node == TokenTrie.ROOT and trie.count(TokenTrie.ROOT) <= state.n_keys:
-                return ALL_KEYS_USED
-            spent = tuple(sorted(trie.token_into(u) for u, c in Counter(state.used).items()
-                                 if trie.parent(u) == state.node and trie.count(u) <= c))
-        ends = trie.child(state.node, self.tracker.terminator) != NO_NODE
-        return state.node, ends and self.tracker.is_last_key(state), spent
+    def situation(self, state: RowState) -> Allowed:
+        """What a row's mask depends on: the rule's `Allowed` after its state."""
+        return self.tracker.allowed_set(state)
 
-    def _build(self, situation: tuple, row: int) -> torch.Tensor:
+    def _build(self, allowed: Allowed) -> torch.Tensor:
         device = self._device
-        eos = torch.tensor(self.tracker.eos_ids, dtype=torch.long).to(device)  # (n_eos,)
         mask = torch.ones(self.trie.vocab_size, dtype=torch.bool, device=device)  # (vocab,)
-        if situation is FINISHED:
-            mask[eos] = False
+        if allowed == FINISHED:  # the row ended: it pads (transformers' finished rows take pad or EOS)
+            mask[torch.tensor(self.tracker.eos_ids, dtype=torch.long).to(device)] = False
             mask[self.pad_id] = False
             return mask
-        if situation is ALL_KEYS_USED:
-            mask[eos] = False
-            return mask
-        node, last, spent = situation
-        terminator = self.tracker.terminator
-        if self.trie.num_children(node) == 0:
-            raise RuntimeError(f"schema trie node {node} allows no token (row {row}): the trie holds a key "
-                               f"without the terminator {terminator}")
-        dense = self.trie.dense_allowed(node)
-        if dense is not None:
-            mask = ~dense.to(device)
-        else:
-            mask[self.trie.allowed(node).to(device)] = False
-        if self.trie.child(node, terminator) != NO_NODE:  # a key may end here: with EOS or the terminator
-            mask[eos] = False
-        if last:  # ...but the last key ends with EOS
-            mask[terminator] = True
-        if spent:
-            mask[torch.tensor(spent, dtype=torch.long).to(device)] = True
-            if terminator in spent:
-                mask[eos] = True  # EOS would end the same spent key
+        if allowed.node is not None:
+            dense = self.trie.dense_allowed(allowed.node)
+            if dense is not None:
+                mask = ~dense.to(device)
+            else:
+                mask[self.trie.allowed(allowed.node).to(device)] = False
+        if allowed.add:
+            mask[torch.tensor(allowed.add, dtype=torch.long).to(device)] = False
+        if allowed.drop:
+            mask[torch.tensor(allowed.drop, dtype=torch.long).to(device)] = True
         return mask
 
 
@@ -267,7 +245,7 @@ class SchemaConstraint(LogitsProcessor):
             self._order1 = torch.arange(1, rows + 1, device=input_ids.device)  # (rows,) row index + 1
             self._shared = {r for r, pid in enumerate(self._pids) if self._pids.count(pid) > 1}
             eos_lp = self.logprobs.observe(scores).tolist() if self.logprobs is not None else [0.0] * rows
-            states, prefixes, raw = [RowState(TokenTrie.ROOT)] * rows, [()] * rows, []
+            states, prefixes, raw = [RowState(self.tracker.trie.ROOT)] * rows, [()] * rows, []
         else:
             parents, tokens, raw, eos_lp = self._step_values(generated, scores)
             states = [self.tracker.step(self._states[p], t, lp, g - 1) for p, t, lp in zip(parents, tokens, raw)]

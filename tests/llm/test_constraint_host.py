@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from scgmem.core.constraint import SchemaConstraint
-from scgmem.core.key_state import KeyTracker
+from scgmem.llm.local.schema_processor import SchemaConstraint
+from scgmem.llm.local.key_tracker import KeyTracker
 from scripts.bench_constraint_step import ReferenceSchemaConstraint, random_trie, record_trace, replay
 
 TRIE = random_trie(64, 60)
