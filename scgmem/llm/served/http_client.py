@@ -13,8 +13,10 @@ A server's reply is input like any file (docs/validation.md, "Server replies"):
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import json
 import logging
+import os
 import re
 import socket
 import ssl
@@ -39,6 +41,121 @@ def printable(raw: bytes | str, limit: int = 200) -> str:
     """A server's text as one safe line: decoded, control characters replaced, cut to `limit`."""
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
     return _CONTROL.sub(" ", text[:limit]).strip()
+
+
+# -- model.base_url: parsed once, before any request -----------------------------------------------
+
+MAX_URL_CHARS = 2048
+# The explicit "yes" to sending model.api_key_env's key over plain HTTP to a host that is not this
+# machine (anyone on the path reads it): off unless the user sets it.
+PLAIN_HTTP_KEY_ENV = "SCGMEM_ALLOW_PLAIN_HTTP_KEY"
+
+
+def _shown_url(value) -> str:
+    """A URL as a message shows it: cut, control characters escaped, any password hidden."""
+    text = str(value)
+    text = re.sub(r"//[^/@]*@", "//<credentials>@", text)
+    text = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" if ord(ch) < 256 else f"\\u{ord(ch):04x}"
+                   for ch in text[:120])
+    return text + ("..." if len(str(value)) > 120 else "")
+
+
+def parse_base_url(value, field: str = "model.base_url") -> str:
+    """`value` as an OpenAI root the client may use: http or https with a host, no credentials, no
+    control characters, at most MAX_URL_CHARS; the trailing slash dropped. Anything else is a
+    ValueError whose one line names `field` and shows the value (cut, escaped, password hidden).
+
+    Credentials in the URL (`http://user:pass@host/v1`) are refused rather than moved to a header:
+    the URL is a setting, and settings are written into .hydra/, summary.json and wandb; the key
+    belongs in an environment variable named by model.api_key_env, which is written nowhere."""
+    def bad(why: str) -> ValueError:
+        return ValueError(f"{field}={_shown_url(value)}: {why}")
+
+    if not isinstance(value, str) or not value:
+        raise bad("must be a URL such as http://127.0.0.1:8000/v1")
+    if len(value) > MAX_URL_CHARS:
+        raise bad(f"longer than {MAX_URL_CHARS} characters")
+    if any(not ch.isprintable() or ch.isspace() for ch in value):
+        raise bad("holds a control character or space")
+    try:
+        parts = urllib.parse.urlsplit(value)
+        port = parts.port  # ValueError for a port that is not a number in range
+    except ValueError as e:
+        raise bad(f"not a URL ({e})") from None
+    if parts.scheme not in ("http", "https"):
+        raise bad("the scheme must be http:// or https:// (e.g. http://127.0.0.1:8000/v1)")
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise bad("credentials in the URL are refused (they would be written into the run's files): put the key "
+                  "in an environment variable and name it with model.api_key_env")
+    if not parts.hostname:
+        raise bad("no host (e.g. http://127.0.0.1:8000/v1)")
+    if parts.fragment:
+        raise bad("a URL fragment (#...) is not part of a server's address")
+    del port
+    return value.rstrip("/")
+
+
+def parse_base_urls(value, field: str = "model.base_url") -> list[str]:
+    """One URL or a list of them (several servers of one model), each through `parse_base_url`."""
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise ValueError(f"{field}: an empty list; give at least one server")
+        return [parse_base_url(v, f"{field}[{i}]") for i, v in enumerate(value)]
+    return [parse_base_url(value, field)]
+
+
+def is_loopback(url: str) -> bool:
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_key_transport(urls: list[str], has_key: bool) -> None:
+    """Refuse to send an API key over plain HTTP to a host that is not this machine, unless the user
+    said so (PLAIN_HTTP_KEY_ENV=1): a typo such as `htps://` is refused by `parse_base_url`, and
+    a plain http:// to a remote host is refused here."""
+    if not has_key or os.environ.get(PLAIN_HTTP_KEY_ENV) == "1":
+        return
+    for url in urls:
+        if urllib.parse.urlsplit(url).scheme == "http" and not is_loopback(url):
+            raise ValueError(f"model.base_url={_shown_url(url)}: the API key (model.api_key_env) would travel "
+                             f"unencrypted to another host; use https://, or set {PLAIN_HTTP_KEY_ENV}=1 to send "
+                             "it anyway")
+
+
+MAX_MODELS_SHOWN = 5
+
+
+def served_models(client: "JsonClient", model_id: str) -> list[str]:
+    """The model ids GET /models lists; a ValueError naming the server when `model_id` is not among
+    them (a server that lists none is taken at its word). The message shows a few names, each cut:
+    a reply listing 100,000 models is not a 10 MB error line."""
+    data = client.get("/models").get("data", [])
+    if not isinstance(data, list):
+        raise ServerError(f"{client.base_url}/models: field 'data': {printable(repr(data), 60)}: must be a list")
+    listed = [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    if listed and model_id not in listed:
+        shown = ", ".join(repr(printable(m, 60)) for m in listed[:MAX_MODELS_SHOWN])
+        more = f", ... ({len(listed)} in all)" if len(listed) > MAX_MODELS_SHOWN else ""
+        raise ValueError(f"model.model_id={printable(model_id, 120)}: not served at {client.base_url} "
+                         f"(it serves {shown}{more})")
+    return listed
+
+
+def tokenize_reply(reply: dict, text: str, url: str) -> list[int]:
+    """The token ids of a /tokenize reply for `text`: a list of non-negative ints, non-empty for a
+    non-empty text, at most one per byte of the text (+8: more is no tokenizer's answer); anything else is a one-line ServerError."""
+    tokens = reply.get("tokens")
+    limit = len(text.encode("utf-8")) + 8
+    if not isinstance(tokens, list) or len(tokens) > limit or (text and not tokens) \
+            or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 1 << 31 for t in tokens):
+        raise ServerError(f"{url}: field 'tokens': {printable(repr(tokens), 60)}: must be a list of 1-{limit} "
+                          f"token ids for a text of {len(text)} characters")
+    return tokens
 
 
 class _Status(Exception):
@@ -66,12 +183,13 @@ class JsonClient:
     def post_url(self, url: str, body: dict, retry: bool = True) -> dict:
         return self._request(url, body, retry=retry)
 
-    def _once(self, url: str, data: bytes | None) -> bytes:
-        """One request under one total deadline; the body, or _Status for an error status."""
+    def _once(self, url: str, data: bytes | None, limit_s: float) -> bytes:
+        """One attempt, cut after `limit_s` (what is left of the request's deadline); the body, or
+        _Status for an error status."""
         parts = urllib.parse.urlsplit(url)
         cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         kwargs = {"context": ssl.create_default_context()} if parts.scheme == "https" else {}
-        conn = cls(parts.hostname, parts.port, timeout=self.timeout_s, **kwargs)
+        conn = cls(parts.hostname, parts.port, timeout=limit_s, **kwargs)
         expired = threading.Event()
 
         held: list[socket.socket] = []  # the socket (a response to an HTTP/1.0 server takes it from conn)
@@ -84,7 +202,7 @@ class JsonClient:
                 except OSError:
                     pass
 
-        watchdog = threading.Timer(self.timeout_s, cut)
+        watchdog = threading.Timer(limit_s, cut)
         watchdog.daemon = True
         watchdog.start()
         try:
@@ -105,26 +223,29 @@ class JsonClient:
                     raise ServerError(f"{url}: reply larger than {self.max_body_bytes} bytes (refused)")
                 chunks.append(chunk)
             if expired.is_set():  # the watchdog shut the socket: what came is a cut reply
-                raise TimeoutError(f"no complete reply within {self.timeout_s:.0f} s")
+                raise TimeoutError(f"no complete reply within {limit_s:.0f} s")
             raw = b"".join(chunks)
             if response.status >= 400:
                 raise _Status(response.status, raw[:200], response.getheader("Retry-After"))
             return raw
         except (OSError, http.client.HTTPException):
             if expired.is_set():
-                raise TimeoutError(f"no complete reply within {self.timeout_s:.0f} s") from None
+                raise TimeoutError(f"no complete reply within {limit_s:.0f} s") from None
             raise
         finally:
             watchdog.cancel()
             conn.close()
 
     def _request(self, url: str, body: dict | None, retry: bool = True) -> dict:
+        """The reply of `url`, within one total deadline (`timeout_s`) for every attempt and every
+        wait between them: a Retry-After or back-off that would pass it ends the request now."""
         data = None if body is None else json.dumps(body).encode()
         attempts = 1 + (self.retries if retry else 0)
+        deadline = time.monotonic() + self.timeout_s
         for attempt in range(attempts):
             wait = self.backoff_s * 2 ** attempt
             try:
-                raw = self._once(url, data)
+                raw = self._once(url, data, max(deadline - time.monotonic(), 0.001))
                 break
             except _Status as e:
                 if e.code not in RETRY_STATUS or attempt == attempts - 1:
@@ -137,6 +258,9 @@ class JsonClient:
                 reason = printable(str(getattr(e, "reason", e)) or type(e).__name__)
                 if attempt == attempts - 1:
                     raise ServerError(f"{url}: unreachable after {attempts} tries ({reason})") from None
+            if time.monotonic() + wait >= deadline:
+                raise ServerError(f"{url}: unreachable after {attempt + 1} tries ({reason}; a wait of {wait:.1f} s "
+                                  f"would pass the request's deadline, model.timeout_s={self.timeout_s:g})")
             log.warning("%s: %s; retry %d/%d in %.1f s", url, reason, attempt + 1, attempts - 1, wait)
             time.sleep(wait)
         try:
