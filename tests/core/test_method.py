@@ -185,3 +185,40 @@ def test_smollm_ingest_and_recall_on_conv26(smollm, locomo_path):
         assert r.extras["seed_keys"] and set(r.extras["generated_keys"]) <= set(method.schema.concepts)
         assert r.dia_ids and set(r.dia_ids) <= {t.dia_id for t in small.turns}
         assert smollm.count_tokens(r.context) <= 400 and "DATE: 1:56 pm on 8 May, 2023" in r.context
+
+
+def test_the_config_check_refuses_scgmem_on_a_server_without_an_engine():
+    from hydra import compose, initialize_config_dir
+
+    from scgmem.harness.cli_checks import check_method_model
+    from scgmem.harness.run import CONFIG_DIR
+
+    served = ["model=openai_compatible", "model.base_url=http://127.0.0.1:18250/v1", "model.model_id=m"]
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        def problem(*overrides):
+            return check_method_model(compose(config_name="config", overrides=list(overrides)))
+
+        assert "needs model.engine=" in problem("method=scgmem", *served)
+        assert problem("method=scgmem", *served, "model.engine=llamacpp") is None
+        assert problem("method=full_context", *served) is None  # free text needs no engine
+        assert problem("method=scgmem") is None  # the local backend
+
+
+@pytest.mark.slow
+def test_scgmem_on_a_server_without_an_engine_is_one_line_before_anything_loads(tmp_path):
+    """`method=scgmem model=openai_compatible` without model.engine: exit 2 and one line on stderr,
+    from the config alone (no request reaches the URL, no data, model or embedder loads, no run
+    folder is written)."""
+    import subprocess
+    import sys
+
+    from scgmem.llm.served.engines import one_of
+
+    cmd = [sys.executable, "-m", "scgmem.run", "method=scgmem", "model=openai_compatible",
+           "model.base_url=http://127.0.0.1:18250/v1", "model.model_id=m", f"hydra.run.dir={tmp_path}/run"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"error: method=scgmem on a server needs model.engine={one_of()} "
+                                                "(its schema constraint as an llguidance token-id grammar) and "
+                                                "model.tokenizer; or use the local backend"]
+    assert not (tmp_path / "run").exists()

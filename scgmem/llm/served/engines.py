@@ -52,6 +52,12 @@ def one_of() -> str:
     return "|".join(names())
 
 
+def needs_engine(what: str) -> str:
+    """The one-line refusal of a constrained call on a server without `model.engine`."""
+    return (f"{what} on a server needs model.engine={one_of()} (its schema constraint as an llguidance token-id "
+            "grammar) and model.tokenizer; or use the local backend")
+
+
 def dialect_class(name: str) -> type[EngineDialect]:
     """The dialect registered as `name`, its module imported on first use."""
     if not isinstance(name, str) or name not in names():
