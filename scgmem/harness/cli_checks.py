@@ -79,7 +79,33 @@ def check_keys(argv: list[str], config_dir: Path) -> str | None:
         return f"{first}{' (' + cause + ')' if cause else ''}"
     except Exception:  # noqa: BLE001 - any other failure is Hydra's to report, as before
         return None
-    return check_method_model(cfg)
+    return check_base_url(cfg) or check_method_model(cfg)
+
+
+def check_base_url(cfg) -> str | None:
+    """A bad `model.base_url` (no http(s) scheme or host, credentials in it) as one line, before
+    Hydra writes the config, and with it a password, into .hydra/ (scgmem/llm/served/http_client.py)."""
+    from omegaconf import OmegaConf
+
+    from scgmem.llm.served.http_client import parse_base_urls
+
+    url = OmegaConf.select(cfg, "model.base_url", default=None, throw_on_missing=False)
+    if url is None or url == "???" or "base_url" not in (cfg.get("model") or {}):
+        return None
+    try:
+        parse_base_urls(OmegaConf.to_container(url) if OmegaConf.is_config(url) else url)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _choices(value: str) -> list[str]:
+    """Values of a (multirun) override: `a,b`, `choice(a,b)`, or one value."""
+    value = value.strip()
+    if value.startswith("choice(") and value.endswith(")"):
+        value = value[len("choice("):-1]
+    return [v.strip() for v in value.split(",") if v.strip() and not v.strip().startswith(("glob(", "range("))]
+    return None
 
 
 def _choices(value: str) -> list[str]:

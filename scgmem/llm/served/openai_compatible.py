@@ -39,7 +39,8 @@ from scgmem.config_resolvers import DEFAULT_CAP_PROFILE, check_cap_profile
 from scgmem.llm.protocol import Generation
 from scgmem.llm.chat_template import ChatPolicy, eos_token_ids, render_messages
 from scgmem.llm.constraint_spec import KeyConstraint
-from scgmem.llm.served.http_client import JsonClient, ServerError, printable
+from scgmem.llm.served.http_client import (JsonClient, ServerError, check_key_transport, parse_base_urls, printable,
+                                           served_models, tokenize_reply)
 from scgmem.llm.served import engines
 from scgmem.llm.served.constrained import ConstrainedCalls
 from scgmem.llm.served.dialect import Unsupported
@@ -79,10 +80,10 @@ class OpenAICompatibleLLM:
                  timeout_s: float = 300.0, retries: int = 5, backoff_s: float = 1.0, top_p: float = 1.0,
                  seed: int = 0, prefill: bool = False, logprobs: bool = False, cap_profile: str = DEFAULT_CAP_PROFILE,
                  api: str = "chat", engine: str | None = None, engine_options: dict | None = None) -> None:
-        urls = [base_url] if base_url is None or isinstance(base_url, str) else [str(u) for u in base_url]
-        base_url = urls[0] if urls else ""
         if not base_url or base_url == "???":
             raise ValueError("model.base_url is required, e.g. model.base_url=http://127.0.0.1:8000/v1")
+        urls = parse_base_urls(list(base_url) if not isinstance(base_url, str) else base_url)  # parsed once, here
+        base_url = urls[0]
         if not model_id or model_id == "???":
             raise ValueError("model.model_id is required: the served model's name (GET <base_url>/models lists it)")
         if api not in ("chat", "completions"):
@@ -100,6 +101,7 @@ class OpenAICompatibleLLM:
             key = os.environ.get(api_key_env)
             if not key:
                 raise ValueError(f"model.api_key_env: environment variable {api_key_env} is not set")
+        check_key_transport(urls, key is not None)
         self.base_url = base_url.rstrip("/")
         self.model_id = model_id
         self.name = name or model_id.rstrip("/").split("/")[-1]
@@ -121,11 +123,18 @@ class OpenAICompatibleLLM:
         self.chat = ChatPolicy()
         self.served_models: set[str] = set()
         self._rendered: OrderedDict[str, tuple[list[dict], str]] = OrderedDict()
-        listed = [m.get("id") for m in self.client.get("/models").get("data", []) if isinstance(m, dict)]
-        if listed and model_id not in listed:
-            raise ValueError(f"model.model_id={model_id}: not served at {self.base_url} (it serves {listed})")
+        served_models(self.client, model_id)
+        for i, url in enumerate(urls[1:], 1):  # every server of the pool must serve the same model
+            try:
+                served_models(JsonClient(url, api_key=key, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s),
+                              model_id)
+            except ServerError as e:  # unreachable now: never used, so never unchecked
+                if "unreachable" not in str(e):
+                    raise
+                self.pool.dead.add(i)
+                log.warning("%s: unreachable at start; its requests go to the other server(s)", url)
         self.tokenizer = None
-        self._server_tokenize = None
+        self._server_tokenize, self._tokenize_field = None, "prompt"
         if tokenizer:
             from transformers import AutoTokenizer
             try:
@@ -144,32 +153,43 @@ class OpenAICompatibleLLM:
                                                 eos_ids=self.eos_ids, max_concurrency=self.max_concurrency)
 
     # ------------------------------------------------------------------ tokens
+    # The text field of each server's /tokenize: vLLM and SGLang read `prompt`, llama.cpp `content`
+    # (it answers `prompt` with an empty list, which counted every context as 0 tokens).
+    TOKENIZE_FIELDS = ("prompt", "content")
+
     def _find_tokenize_endpoint(self) -> str:
-        """vLLM and SGLang serve /tokenize beside /v1; refuse rather than guess a count."""
+        """The /tokenize URL and text field that tokenize a probe into a non-empty list; refuse rather
+        than guess a count."""
         root = re.sub(r"/v1$", "", self.base_url)
         for url in (root + "/tokenize", self.base_url + "/tokenize"):
-            try:
-                reply = self.client.post_url(url, {"model": self.model_id, "prompt": "probe", "add_special_tokens": False},
-                                             retry=False)
-            except ServerError:
-                continue
-            if isinstance(reply.get("tokens"), list):
-                return url
+            for name in self.TOKENIZE_FIELDS:
+                try:
+                    reply = self.client.post_url(url, {"model": self.model_id, name: "probe", "add_special_tokens": False},
+                                                 retry=False)
+                except ServerError:
+                    break
+                if isinstance(reply.get("tokens"), list) and reply["tokens"]:
+                    self._tokenize_field = name
+                    return url
         raise ValueError(f"model.tokenizer is required: {self.base_url} has no /tokenize endpoint, and token "
                          f"budgets need the served model's tokenizer (a local folder or hub id)")
 
     def encode(self, text: str) -> list[int]:
         if self.tokenizer is not None:
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        reply = self.client.post_url(self._server_tokenize, {"model": self.model_id, "prompt": text,
+        reply = self.client.post_url(self._server_tokenize, {"model": self.model_id, self._tokenize_field: text,
                                                              "add_special_tokens": False})
-        return [int(t) for t in reply["tokens"]]
+        return tokenize_reply(reply, text, self._server_tokenize)
 
     def decode(self, ids: Sequence[int]) -> str:
         if self.tokenizer is not None:
             return self.tokenizer.decode(ids)
         url = self._server_tokenize.replace("/tokenize", "/detokenize")
-        return self.client.post_url(url, {"model": self.model_id, "tokens": list(ids)})["prompt"]
+        reply = self.client.post_url(url, {"model": self.model_id, "tokens": list(ids)})
+        text = reply.get("prompt", reply.get("content"))  # vLLM / SGLang, llama.cpp
+        if not isinstance(text, str):
+            raise ServerError(f"{url}: field 'prompt': {printable(repr(text), 60)}: must be a string")
+        return text
 
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))
