@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from scgmem.llm.served.launch import EngineStartError, stop_process, wait_healthy
 
 
 def free_port() -> int:
@@ -80,8 +79,8 @@ def serve_command() -> list[str]:
 
 
 class RealServer:
-    """`transformers serve` on 127.0.0.1 with the given model folder; waits for /health (bounded),
-    stops with SIGTERM then SIGKILL."""
+    """`transformers serve` on 127.0.0.1 with the given model folder; waits for /health (bounded,
+    `launch.wait_healthy`, as the engines' launchers), stops with SIGTERM then SIGKILL."""
 
     def __init__(self, model_dir: Path, log_path: Path, start_timeout_s: float = 240) -> None:
         self.model_dir, self.log_path, self.start_timeout_s = model_dir, log_path, start_timeout_s
@@ -94,26 +93,14 @@ class RealServer:
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
                                      env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
-        deadline = time.time() + self.start_timeout_s
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                self.__exit__()
-                raise RuntimeError(f"transformers serve exited {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.5)
-        self.__exit__()
-        raise RuntimeError(f"transformers serve did not answer /health within {self.start_timeout_s} s")
+        try:
+            wait_healthy(self.proc, f"http://127.0.0.1:{self.port}/health", wait_s=self.start_timeout_s,
+                         what="transformers serve", log=self.log_path)
+        except EngineStartError:
+            self.__exit__()
+            raise
+        return self
 
     def __exit__(self, *exc):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_process(self.proc)
         self.log.close()
