@@ -152,6 +152,23 @@ def run_judge(cfg: DictConfig, llm, records: list[dict], run_dir: Path, categori
         raise UsageError(f"protocol.judge: {e}") from None
 
 
+def _check_served_scgmem(llm) -> None:
+    """SCG-Mem on a server needs a grammar engine, the completions API and an engine that can serve
+    its constrained calls (one probe request per feature); each refusal is one line."""
+    if not getattr(llm, "served", False):
+        return
+    if not llm.applies_constraints:
+        from scgmem.llm.served.engines import one_of
+
+        raise UsageError(f"method=scgmem on a server needs model.engine={one_of()} (its schema constraint as an "
+                         "llguidance token-id grammar) and model.tokenizer; or use the local backend")
+    if getattr(llm, "api", None) == "chat":
+        raise UsageError("model.api=chat: SCG-Mem continues primed prefixes (`Keywords:`) that a chat API drops, "
+                         "and the server's template would build another memory; use model.api=completions "
+                         "(the default with model.engine)")
+    llm.check_engine()
+
+
 def evaluate(cfg: DictConfig) -> dict:
     """Run one configuration end to end; returns the summary (also written to summary.json)."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -185,6 +202,8 @@ def evaluate(cfg: DictConfig) -> dict:
     model_node, embedder_node, placement = _placement(cfg)
     start = time.perf_counter()
     llm = _shared("model", model_node, f"model={choices.get('model')}")
+    if str(cfg.method.get("_target_", "")).endswith(".SCGMem"):
+        _check_served_scgmem(llm)  # before the embedder loads and before any conversation
     if hasattr(llm, "begin_job"):
         llm.begin_job()  # nothing an earlier job of this process computed can reach this one
     else:
