@@ -37,7 +37,8 @@ IGNORED = {("run", "progress"), ("run", "cache_dir"), ("run", "use_memory_cache"
            ("model", "cache_dir"),
            # how a served model is reached, not what it serves (model=openai_compatible): a run
            # resumes against another server of the same model
-           ("model", "base_url"), ("model", "api_key_env"), ("model", "max_concurrency"), ("model", "timeout_s"),
+           ("model", "base_url"), ("model", "api_key_env"), ("model", "max_concurrency"), ("model", "max_in_flight"),
+           ("model", "record_requests"), ("model", "timeout_s"),
            ("model", "retries"), ("model", "backoff_s"),
            # the judge labels predictions after they are made (judge.json guards its own labels)
            ("protocol", "judge"),

@@ -1,12 +1,15 @@
 """Constrained `generate` of the served backend: a `KeyConstraint` on a serving engine.
 
 `ConstrainedCalls` holds the engine's dialect (`engines.make_dialect`) and the server pool;
-`generate` runs one `KeyDecoder` per prompt (greedy lists key by key, or the client-side beam search), prompts in
-flight side by side on a bounded thread pool (a serving engine batches them), results assembled
-in prompt order, so a deterministic engine gives the same lists run after run.
+`generate` runs one `KeyDecoder` per prompt (greedy lists key by key, or the client-side beam search), every
+prompt on its own thread, so their requests are in flight side by side (a serving engine batches them); the
+pool's `InFlightLimiter` bounds the requests, not the threads (a waiting thread holds no slot, so the
+nested pools of beams and id chunks cannot deadlock). Results are assembled in prompt order, so a
+deterministic engine gives the same lists run after run, whatever `model.max_in_flight`.
 """
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
@@ -22,13 +25,21 @@ class ConstrainedCalls:
     """Args:
         dialect / pool: the engine and its servers.
         eos_ids: the served model's end-of-sequence ids (beam width, as transformers keeps it).
-        max_concurrency: prompts in flight at once.
+
+    `requests`: server requests of every call so far; `last_requests()`: those of the calling
+    thread's last `generate` (several calls may run at once, from the batching front).
     """
 
-    def __init__(self, dialect: EngineDialect, pool: ServerPool, *, eos_ids: Sequence[int], max_concurrency: int) -> None:
+    # threads for one call's prompts: a bound on threads only; requests are bounded by the limiter
+    MAX_THREADS = 256
+
+    def __init__(self, dialect: EngineDialect, pool: ServerPool, *, eos_ids: Sequence[int]) -> None:
         self.dialect, self.pool, self.eos_ids = dialect, pool, list(eos_ids)
-        self.max_concurrency = max_concurrency
         self.requests = 0
+        self._lock, self._local = threading.Lock(), threading.local()
+
+    def last_requests(self) -> int:
+        return getattr(self._local, "requests", 0)
 
     def generate(self, prompt_ids: Sequence[list[int]], constraint: KeyConstraint, *, max_new_tokens: int,
                  temperature: float, seeds: Sequence[int], num_beams: int, num_return_sequences: int,
@@ -49,7 +60,9 @@ class ConstrainedCalls:
                 g.text = decode(g.token_ids).strip()
             return gens, decoder.requests
 
-        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, max(1, len(prompt_ids)))) as pool:
+        with ThreadPoolExecutor(max_workers=min(self.MAX_THREADS, max(1, len(prompt_ids)))) as pool:
             done = list(pool.map(one, range(len(prompt_ids))))
-        self.requests += sum(n for _, n in done)
+        self._local.requests = sum(n for _, n in done)
+        with self._lock:
+            self.requests += self._local.requests
         return [gens for gens, _ in done]

@@ -22,15 +22,21 @@ an own JSON object that does not start so is read by the answer parser's own-obj
 Every request states its decoding settings (temperature, top_p, max_tokens, stop, seed, n=1,
 logprobs); the server's own sampling defaults can still apply to settings the API has no field
 for (top_k, repetition penalty), which is why the summary records what was sent, not what ran.
-Requests of one `generate` call go out on a bounded thread pool; results are assembled in
-prompt order, so a deterministic server gives identical predictions run after run.
+Every request of the model (free text, constrained continuations, expansions, scores, id chunks) holds
+one of `model.max_in_flight` slots of one limiter while it is sent (scgmem/llm/served/limiter.py);
+several `generate` calls may run at once (the batching front's concurrent groups, each counted into
+its own meter: `counting_into`). Results are assembled in prompt order, so a deterministic server
+gives identical predictions run after run, whatever the concurrency. `model.record_requests` writes
+every request into the run's requests.jsonl (scgmem/llm/served/recorder.py).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
@@ -45,6 +51,7 @@ from scgmem.llm.served import engines
 from scgmem.llm.served.constrained import ConstrainedCalls
 from scgmem.llm.served.dialect import Unsupported
 from scgmem.llm.served.transport import ServerPool, server_root
+from scgmem.llm.served.recorder import RequestRecorder
 from scgmem.llm.usage import SettingsLog, UsageMeter
 
 log = logging.getLogger(__name__)
@@ -61,7 +68,10 @@ class OpenAICompatibleLLM:
         tokenizer: local folder or hub id of the served model's tokenizer; None = the server's
             /tokenize endpoint (vLLM, SGLang), refused when it has none.
         context_window: the served window in tokens.
-        max_concurrency: requests in flight at once.
+        max_in_flight: requests in flight at once over every server (one limiter, fair across servers).
+        max_concurrency: the former name of max_in_flight; when set, it is used instead.
+        record_requests: record every request (body, token counts, times) into the run directory's
+            requests.jsonl (the pipeline calls `record_requests_to`), for `scripts/bench_replay.py`.
         timeout_s / retries / backoff_s: per-request timeout; retries on 429, 5xx and dropped
             connections with exponential back-off.
         top_p / seed: sent with every request (seed: the default for greedy calls).
@@ -76,7 +86,8 @@ class OpenAICompatibleLLM:
     served = True
 
     def __init__(self, base_url: str, model_id: str, *, name: str | None = None, api_key_env: str | None = None,
-                 tokenizer: str | None = None, context_window: int = 8192, max_concurrency: int = 8,
+                 tokenizer: str | None = None, context_window: int = 8192, max_in_flight: int = 16,
+                 max_concurrency: int | None = None, record_requests: bool = False,
                  timeout_s: float = 300.0, retries: int = 5, backoff_s: float = 1.0, top_p: float = 1.0,
                  seed: int = 0, prefill: bool = False, logprobs: bool = False, cap_profile: str = DEFAULT_CAP_PROFILE,
                  api: str = "chat", engine: str | None = None, engine_options: dict | None = None) -> None:
@@ -91,8 +102,9 @@ class OpenAICompatibleLLM:
         if api == "completions" and not tokenizer:
             raise ValueError("model.api=completions sends the prompt rendered by the local chat template: "
                              "set model.tokenizer to the served model's folder or hub id")
-        if max_concurrency < 1:
-            raise ValueError(f"model.max_concurrency must be >= 1, got {max_concurrency}")
+        max_in_flight = max_in_flight if max_concurrency is None else max_concurrency
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise ValueError(f"model.max_in_flight must be a positive int, got {max_in_flight!r}")
         check_cap_profile(cap_profile)
         if engine is not None:
             engines.dialect_class(engine)  # a name not registered fails here, before any request
@@ -109,14 +121,18 @@ class OpenAICompatibleLLM:
         # server is reused against another serving the same model.
         self.source = f"served:{model_id}"
         self.context_window = int(context_window)
-        self.max_concurrency = int(max_concurrency)
+        self.max_in_flight = self.max_concurrency = max_in_flight  # max_concurrency: the former name
+        self.record_requests = bool(record_requests)
+        self._local = threading.local()  # the meter this thread's calls count into (counting_into)
+        self._count_lock = threading.Lock()
         self.top_p, self.seed, self.prefill, self.logprobs = float(top_p), int(seed), bool(prefill), bool(logprobs)
         self.cap_profile = cap_profile
         self.api = api
         self.client = JsonClient(self.base_url, api_key=key, timeout_s=timeout_s, retries=retries,
                                  backoff_s=backoff_s)
         # every server of model.base_url: requests spread over them, a dead one's go to the others
-        self.pool = ServerPool(urls, api_key=key, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
+        self.pool = ServerPool(urls, max_in_flight=max_in_flight, api_key=key, timeout_s=timeout_s, retries=retries,
+                               backoff_s=backoff_s)
         self._openai_prefix = self.base_url[len(server_root(self.base_url)):]
         self.usage = UsageMeter()
         self.settings_log = SettingsLog()
@@ -150,7 +166,26 @@ class OpenAICompatibleLLM:
                 raise ValueError(f"model.engine={engine}: constrained decoding sends token ids and needs the "
                                  f"served model's tokenizer here (model.tokenizer=<folder or hub id>)")
             self.constrained = ConstrainedCalls(engines.make_dialect(engine, model_id, engine_options), self.pool,
-                                                eos_ids=self.eos_ids, max_concurrency=self.max_concurrency)
+                                                eos_ids=self.eos_ids)
+
+    # ------------------------------------------------------------------ concurrency
+    @contextlib.contextmanager
+    def counting_into(self, meter: UsageMeter):
+        """Count this thread's calls into `meter`, under its phase, instead of `self.usage`: the
+        batching front runs several `generate` calls at once and shares out each one's own counts."""
+        self._local.meter = meter
+        try:
+            yield meter
+        finally:
+            self._local.meter = None
+
+    def _meter(self) -> UsageMeter:
+        return getattr(self._local, "meter", None) or self.usage
+
+    def record_requests_to(self, path) -> None:
+        """With `model.record_requests`, write every request from now on to `path` (requests.jsonl)."""
+        if self.record_requests and self.pool.recorder is None:
+            self.pool.recorder = RequestRecorder(path)
 
     # ------------------------------------------------------------------ tokens
     # The text field of each server's /tokenize: vLLM and SGLang read `prompt`, llama.cpp `content`
@@ -249,7 +284,7 @@ class OpenAICompatibleLLM:
         return {"calls": self.settings_log.report(), "neutralised_model_defaults": {},
                 "chat_template": {**self.chat.as_dict(), "applied_by": "server"}, "cap_profile": self.cap_profile,
                 "server": {"models_reported": sorted(self.served_models), "model_id": self.model_id,
-                           "api": self.api, "prefill": self.prefill, "max_concurrency": self.max_concurrency,
+                           "api": self.api, "prefill": self.prefill, "max_in_flight": self.max_in_flight,
                            "tokenizer": "local" if self.tokenizer is not None else "server /tokenize",
                            "pool": self.pool.report(), **self._engine_report()}}
 
@@ -274,14 +309,17 @@ class OpenAICompatibleLLM:
             raise ValueError("sampling needs one seed per prompt (seeds=...)")
         settings = {"temperature": float(temperature), "top_p": self.top_p, "max_tokens": int(max_new_tokens),
                     "n": 1, "logprobs": self.logprobs, "prefill": self.prefill, "api": self.api}
-        self.settings_log.record(SettingsLog.kind(self.usage.phase, temperature=temperature, num_beams=1, processors=[]),
-                                 settings, calls=len(prompts), max_new_tokens=max_new_tokens,
-                                 temperature=temperature, stop=tuple(stop))
+        with self._count_lock:
+            self.settings_log.record(SettingsLog.kind(self._meter().phase, temperature=temperature, num_beams=1,
+                                                      processors=[]),
+                                     settings, calls=len(prompts), max_new_tokens=max_new_tokens,
+                                     temperature=temperature, stop=tuple(stop))
         bodies = [self._body(p, max_new_tokens, temperature, self.seed if seeds is None else int(seeds[i]), stop)
                   for i, p in enumerate(prompts)]
         if max_new_tokens <= 0:
             return [[Generation(text="", n_prompt_tokens=0)] for _ in prompts]
-        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, max(1, len(bodies)))) as pool:
+        # threads: one per slot is enough; the pool's limiter bounds the requests of every call at once
+        with ThreadPoolExecutor(max_workers=min(self.max_in_flight, max(1, len(bodies)))) as pool:
             replies = list(pool.map(lambda ib: self.pool.post(self._openai_prefix + f"/{self._endpoint}", ib[1][0],
                                                               affinity=ib[0]), enumerate(bodies)))
         # prompt order, whatever the order of arrival
@@ -295,20 +333,21 @@ class OpenAICompatibleLLM:
             raise Unsupported(f"{self.base_url}: {engines.needs_engine('a schema-constrained call')}")
         if temperature > 0 and (seeds is None or len(seeds) != len(prompts)):
             raise ValueError("sampling needs one seed per prompt (seeds=...)")
-        self.settings_log.record(SettingsLog.kind(self.usage.phase, temperature=temperature, num_beams=num_beams,
-                                                  processors=["SchemaDecoding"]),
-                                 {"engine": self.engine, "num_beams": num_beams, "length_penalty": 0.0,
-                                  "early_stopping": False, "temperature": float(temperature)},
-                                 calls=len(prompts), max_new_tokens=max_new_tokens, temperature=temperature, stop=())
+        with self._count_lock:
+            self.settings_log.record(SettingsLog.kind(self._meter().phase, temperature=temperature,
+                                                      num_beams=num_beams, processors=["SchemaDecoding"]),
+                                     {"engine": self.engine, "num_beams": num_beams, "length_penalty": 0.0,
+                                      "early_stopping": False, "temperature": float(temperature)},
+                                     calls=len(prompts), max_new_tokens=max_new_tokens, temperature=temperature,
+                                     stop=())
         limit = self.context_window - max_new_tokens
         encoded = [self.encode(p) for p in prompts]
         ids = [x[max(0, len(x) - limit):] for x in encoded]  # the end of an over-long prompt, as locally
-        before = self.constrained.requests
         gens = self.constrained.generate(ids, constraint, max_new_tokens=max_new_tokens, temperature=temperature,
                                          seeds=seeds if seeds is not None else [self.seed] * len(prompts),
                                          num_beams=num_beams, num_return_sequences=num_return_sequences,
                                          decode=lambda t: self.tokenizer.decode(t, skip_special_tokens=True))
-        self.usage.add(prompt_tokens=sum(len(x) for x in ids), calls=self.constrained.requests - before,
+        self._meter().add(prompt_tokens=sum(len(x) for x in ids), calls=self.constrained.last_requests(),
                        generated_tokens=sum(len(g.token_ids) for row in gens for g in row),
                        cut=sum(g.cut for row in gens for g in row))
         return gens
@@ -375,7 +414,7 @@ class OpenAICompatibleLLM:
         content = lp.get("content") or [{"logprob": x} for x in (lp.get("token_logprobs") or [])]
         if content:
             logprob = float(sum(t.get("logprob") or 0.0 for t in content))
-        self.usage.add(prompt_tokens=n_prompt, generated_tokens=n_out, cut=int(cut))
+        self._meter().add(prompt_tokens=n_prompt, generated_tokens=n_out, cut=int(cut))
         # The server returns text, not ids: token_ids holds one placeholder per generated token it
         # counted, so length checks (ReadAgent's gist cap) read the server's count.
         return Generation(text=text.strip(), token_ids=[0] * n_out, logprob=logprob, n_prompt_tokens=n_prompt, cut=cut)

@@ -3,7 +3,9 @@
 `ServerPool` spreads requests over the servers listed in `model.base_url` (one vLLM per GPU, say):
 each request goes to the server its affinity key picks, so the requests of one prompt (a greedy
 list's keys, a beam's expansions) stay on one server and reuse its prefix cache; a server that
-stays unreachable is marked dead and its requests go to the others. `HttpTransport` is a
+stays unreachable is marked dead and its requests go to the others. Every POST holds a slot of
+the pool's one `InFlightLimiter` (`model.max_in_flight`, fair across the servers) and, when a
+`RequestRecorder` is set, leaves one line in requests.jsonl. `HttpTransport` is a
 `keys.Transport` over a pool and an `EngineDialect`.
 """
 from __future__ import annotations
@@ -11,11 +13,13 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from scgmem.llm.served.http_client import JsonClient, ServerError
 from scgmem.llm.served.dialect import BadReply, Continuation, EngineDialect, NextTokens
+from scgmem.llm.served.limiter import InFlightLimiter
 
 log = logging.getLogger(__name__)
 
@@ -29,16 +33,21 @@ def server_root(base_url: str) -> str:
 class ServerPool:
     """Args:
         base_urls: the OpenAI roots of servers of the same model.
+        max_in_flight: requests in flight at once over all the servers (`model.max_in_flight`).
         client_args: JsonClient keywords (api_key, timeout_s, retries, backoff_s).
+
+    `recorder`: a `RequestRecorder`, or None (nothing recorded).
     """
 
-    def __init__(self, base_urls: Sequence[str], **client_args) -> None:
+    def __init__(self, base_urls: Sequence[str], *, max_in_flight: int = 16, **client_args) -> None:
         if not base_urls:
             raise ValueError("model.base_url: no server given")
         self.urls = [u.rstrip("/") for u in base_urls]
         self.clients = [JsonClient(server_root(u), **client_args) for u in self.urls]
         self.dead: set[int] = set()
         self.sent = [0] * len(self.urls)
+        self.limiter = InFlightLimiter(max_in_flight, servers=len(self.urls))
+        self.recorder = None
         self._lock = threading.Lock()
 
     def post(self, path: str, body: dict, affinity: int = 0) -> dict:
@@ -51,7 +60,13 @@ class ServerPool:
                 i = live[affinity % len(live)]
                 self.sent[i] += 1
             try:
-                return self.clients[i].post(path, body)
+                with self.limiter.slot(i):
+                    start = time.time()
+                    reply = self.clients[i].post(path, body)
+                    end = time.time()
+                if self.recorder is not None:
+                    self.recorder.record(path=path, body=body, reply=reply, server=self.urls[i], start=start, end=end)
+                return reply
             except ServerError as e:
                 if "unreachable" not in str(e) or len(live) == 1:
                     raise
@@ -60,7 +75,8 @@ class ServerPool:
                 log.warning("%s: unreachable, its requests go to the other %d server(s)", self.urls[i], len(live) - 1)
 
     def report(self) -> dict:
-        return {"servers": self.urls, "requests": list(self.sent), "dead": [self.urls[i] for i in sorted(self.dead)]}
+        return {"servers": self.urls, "requests": list(self.sent), "dead": [self.urls[i] for i in sorted(self.dead)],
+                **self.limiter.report()}
 
 
 class HttpTransport:
