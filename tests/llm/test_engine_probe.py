@@ -84,3 +84,9 @@ def test_several_problems_are_one_line_naming_the_server(monkeypatch):
     message = str(e.value)
     assert "\n" not in message and "http://127.0.0.1:1/v1" in message
     assert "guidance" in message and "logprob_token_ids" in message
+
+
+def test_an_unreachable_server_is_not_reported_as_a_missing_feature():
+    transport = FakeTransport(next_error=ServerError("http://x/v1/completions: unreachable after 1 tries"))
+    with pytest.raises(ServerError, match="unreachable"):
+        probe_server(transport, VLLMDialect("m"), vocab_size=VOCAB)

@@ -30,6 +30,9 @@ class EngineProbeFailed(ValueError):
 
 
 def _first_line(e: Exception) -> str:
+    """The error's first line; a server that cannot be reached is that, not a missing feature."""
+    if isinstance(e, ServerError) and "unreachable" in str(e):
+        raise e
     return str(e).splitlines()[0][:200] if str(e) else type(e).__name__
 
 
