@@ -165,3 +165,24 @@ def test_a_run_whose_server_dies_exits_in_one_line_and_resumes_when_it_is_back(t
         stop_process(proc_server)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["n_questions"] > done >= 1
+
+
+@pytest.mark.slow
+def test_a_misconfigured_server_is_refused_in_one_line_before_the_embedder_loads(tmp_path):
+    """xgrammar instead of guidance, and a top-n route past `--max-logprobs`: both named, one line."""
+    from scgmem.llm.served.launch import stop_process
+    from scgmem.llm.served.vllm_server import start
+
+    port = free_port()
+    proc_server = start(port, wait_s=900, log=tmp_path / "server.log",
+                        extra=["--structured-outputs-config.backend", "xgrammar", "--max-logprobs", "20"])
+    try:
+        proc = run(tmp_path / "run", {**served({"url": f"http://127.0.0.1:{port}/v1"}, method="scgmem"),
+                                      "+model.engine_options.logprob_token_ids": "false",
+                                      "+model.engine_options.max_logprobs": "500"}, ok=False, timeout=600)
+    finally:
+        stop_process(proc_server)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+    assert "--structured-outputs-config.backend guidance" in lines[0] and "--max-logprobs" in lines[0]
+    assert "SentenceTransformer" not in proc.stdout + proc.stderr

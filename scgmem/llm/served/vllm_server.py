@@ -14,8 +14,10 @@ Why each flag (`FLAGS`):
   token-id terminals; xgrammar would read it as GBNF and refuse.
 * `--logprobs-mode raw_logprobs`: next-token log-probs before temperature and penalties (vLLM's
   default, stated because the beam search ranks on them).
-* `--max-logprobs 128`: `logprob_token_ids` asks for at most 128 ids per request (vLLM's own cap);
-  the server refuses longer lists, so the client chunks a wider trie node.
+* `--max-logprobs 128`: for the top-n route only (`model.engine_options.logprob_token_ids=false`).
+  The default route's `logprob_token_ids` are capped at 128 ids a request by vLLM itself, whatever
+  this flag says (a server with the default 20 passed the probe here), and the client chunks a
+  wider trie node.
 * `--generation-config vllm`: the checkpoint's generation_config.json stays out of every request
   (the local backend neutralises it too).
 * `--seed 0`, `--dtype float32` (the embedded model; the paper models: `--dtype bfloat16`, as locally).
