@@ -42,6 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("local", type=Path)
     parser.add_argument("served", type=Path)
+    parser.add_argument("--engine", default="llama.cpp", help="the served run's engine, for the title")
     args = parser.parse_args()
     from scgmem.report.collect import load_run
     from scgmem.report.paired import paired_average
@@ -62,13 +63,21 @@ def main() -> None:
         equal += x == y
     diff = paired_average(load_run(args.served), load_run(args.local))
     sa, sb = (json.loads((r / "summary.json").read_text()) for r in (args.local, args.served))
-    print(f"# SCG-Mem: llama.cpp server vs local backend ({', '.join(samples)}, {len(common)} questions)\n")
+    same = {f: sum(a[k].get(f) == b[k].get(f) for k in common)
+            for f in ("seed_keys", "context_keys", "retrieved", "prompt_tokens", "prediction")}
+    memory_equal = all((args.local / "memory" / f"{s}.json").read_bytes()
+                       == (args.served / "memory" / f"{s}.json").read_bytes() for s in samples)
+    print(f"# SCG-Mem: {args.engine} server vs local backend ({', '.join(samples)}, {len(common)} questions)\n")
     print("| measure | value |\n|---|---|")
     print(f"| turns compared | {len(jac)} |")
     print(f"| keys per turn, mean Jaccard | {sum(jac) / len(jac):.3f} |")
     print(f"| turns with identical keys | {sum(j == 1.0 for j in jac)} of {len(jac)} |")
+    print(f"| memory export (memory/<sample>.json) byte-identical | {'yes' if memory_equal else 'no'} |")
     print(f"| recall seeds, mean overlap | {sum(overlap) / len(overlap):.3f} |")
     print(f"| questions with identical seeds | {equal} of {len(common)} |")
+    for field, label in (("context_keys", "context keys"), ("retrieved", "retrieved turns"),
+                         ("prompt_tokens", "answer prompt tokens"), ("prediction", "answers")):
+        print(f"| questions with identical {label} | {same[field]} of {len(common)} |")
     print(f"| average F1, local | {sa['average']['f1']:.2f} |")
     print(f"| average F1, served | {sb['average']['f1']:.2f} |")
     print(f"| served - local, average F1 (paired, 95% CI) | {diff['diff']:+.2f} [{diff['ci_low']:+.2f}, {diff['ci_high']:+.2f}], "

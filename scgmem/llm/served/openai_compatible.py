@@ -90,15 +90,23 @@ class OpenAICompatibleLLM:
                  max_concurrency: int | None = None, record_requests: bool = False,
                  timeout_s: float = 300.0, retries: int = 5, backoff_s: float = 1.0, top_p: float = 1.0,
                  seed: int = 0, prefill: bool = False, logprobs: bool = False, cap_profile: str = DEFAULT_CAP_PROFILE,
-                 api: str = "chat", engine: str | None = None, engine_options: dict | None = None) -> None:
+                 api: str = "auto", engine: str | None = None, engine_options: dict | None = None) -> None:
         if not base_url or base_url == "???":
             raise ValueError("model.base_url is required, e.g. model.base_url=http://127.0.0.1:8000/v1")
         urls = parse_base_urls(list(base_url) if not isinstance(base_url, str) else base_url)  # parsed once, here
         base_url = urls[0]
         if not model_id or model_id == "???":
             raise ValueError("model.model_id is required: the served model's name (GET <base_url>/models lists it)")
-        if api not in ("chat", "completions"):
-            raise ValueError(f"model.api must be chat or completions, got {api!r}")
+        if api not in ("auto", "chat", "completions"):
+            raise ValueError(f"model.api must be auto, chat or completions, got {api!r}")
+        # With an engine, the completions API is the default: the engine is sent token ids anyway, and
+        # the free-text calls then get the local rendering too, primed prefixes included (a chat API
+        # would drop SCG-Mem's `Keywords:` prefix and apply the server's own template).
+        api = ("completions" if engine is not None else "chat") if api == "auto" else api
+        if tokenizer == "embedded":  # the embedded model's prepared folder (make install), e.g. for model=vllm
+            from scgmem.llm.loading import EMBEDDED, resolve_model_dir
+
+            tokenizer = resolve_model_dir(None, **EMBEDDED)
         if api == "completions" and not tokenizer:
             raise ValueError("model.api=completions sends the prompt rendered by the local chat template: "
                              "set model.tokenizer to the served model's folder or hub id")
@@ -160,6 +168,7 @@ class OpenAICompatibleLLM:
         else:
             self._server_tokenize = self._find_tokenize_endpoint()
         self.engine = engine
+        self._probed = False
         self.constrained = None
         if engine is not None:
             if self.tokenizer is None:
@@ -167,6 +176,15 @@ class OpenAICompatibleLLM:
                                  f"served model's tokenizer here (model.tokenizer=<folder or hub id>)")
             self.constrained = ConstrainedCalls(engines.make_dialect(engine, model_id, engine_options), self.pool,
                                                 eos_ids=self.eos_ids)
+
+    def check_engine(self) -> None:
+        """Learn once, before the first conversation, that every server can serve SCG-Mem's constrained
+        calls (scgmem/llm/served/probe.py); a missing feature is one line naming the server flag."""
+        if self.constrained is not None and not self._probed:
+            from scgmem.llm.served.probe import probe_engine
+
+            probe_engine(self.pool, self.constrained.dialect, vocab_size=self.vocab_size)
+            self._probed = True
 
     # ------------------------------------------------------------------ concurrency
     @contextlib.contextmanager
@@ -358,6 +376,12 @@ class OpenAICompatibleLLM:
 
     def _body(self, prompt: str, max_new_tokens: int, temperature: float, seed: int, stop) -> tuple[dict, str]:
         if self.api == "completions":  # the locally rendered text, primed prefix included: continued as locally
+            # An engine is sent the local tokenizer's ids: exactly what the local backend feeds (a server
+            # tokenising the text would add a second BOS to Llama 3's rendered prompt); any other server the text.
+            if self.engine is not None:
+                ids = self.encode(prompt)
+                limit = self.context_window - int(max_new_tokens)
+                prompt = ids[max(0, len(ids) - limit):]  # the end of an over-long prompt, as locally
             body = {"model": self.model_id, "prompt": prompt, "max_tokens": int(max_new_tokens),
                     "temperature": float(temperature), "top_p": self.top_p, "n": 1, "seed": int(seed)}
             if stop:
