@@ -157,11 +157,10 @@ def _check_served_scgmem(llm) -> None:
     its constrained calls (one probe request per feature); each refusal is one line."""
     if not getattr(llm, "served", False):
         return
-    if not llm.applies_constraints:
-        from scgmem.llm.served.engines import one_of
+    if not llm.applies_constraints:  # a model config without an `engine` key (cli_checks catches the others)
+        from scgmem.llm.served.engines import needs_engine
 
-        raise UsageError(f"method=scgmem on a server needs model.engine={one_of()} (its schema constraint as an "
-                         "llguidance token-id grammar) and model.tokenizer; or use the local backend")
+        raise UsageError(needs_engine("method=scgmem"))
     if getattr(llm, "api", None) == "chat":
         raise UsageError("model.api=chat: SCG-Mem continues primed prefixes (`Keywords:`) that a chat API drops, "
                          "and the server's template would build another memory; use model.api=completions "

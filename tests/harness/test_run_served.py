@@ -47,7 +47,7 @@ def test_scgmem_refuses_naming_the_local_backend(tmp_path, hf_folder):
                           f"hydra.run.dir={tmp_path / 'run'}", check=False)
     assert proc.returncode == 2
     [line] = proc.stderr.strip().splitlines()[-1:]
-    assert "token-level constrained decoding" in line and "local backend" in line
+    assert "model.engine=" in line and "local backend" in line
 
 
 def test_unreachable_server_exits_2_with_one_line(tmp_path, hf_folder):
