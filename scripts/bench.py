@@ -222,6 +222,10 @@ def main(argv: list[str] | None = None) -> Path:
         for part in args.parts:
             print(f"bench part {part} ({scale.name})", flush=True)
             result[part] = bench.run(part)
+            if part == "constrained_step":  # the ratio beside the last committed one (issue 49)
+                from scripts.bench_decode_step import previous_run
+
+                result[part]["previous"] = previous_run(args.out, out.name)
             out.write_text(json.dumps(result, indent=1))  # a later part that fails keeps this one's numbers
         if args.full_run:
             result["full_run"] = bench_full(args.out, Path(tmp) / "full", scale, bench.tiny_dir)

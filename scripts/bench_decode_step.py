@@ -12,8 +12,10 @@ the step timer, so both sides run the same float32 score head.
 """
 from __future__ import annotations
 
+import json
 import statistics
 import time
+from pathlib import Path
 
 from transformers import LogitsProcessor
 
@@ -122,10 +124,28 @@ def bench_constrained_step(llm, scale: Scale = Scale("full")) -> dict:
     return out
 
 
+def previous_run(folder: Path, current: str) -> dict | None:
+    """The newest earlier full-scale bench JSON in `folder` that measured this part: its file and ratios."""
+    for path in sorted(folder.glob("2*.json"), reverse=True):
+        if path.name == current or path.name.endswith("-tiny.json"):
+            continue
+        try:
+            earlier = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # not a bench JSON of this shape
+        step = earlier.get("constrained_step") if isinstance(earlier, dict) else None
+        if step and not earlier.get("quick"):
+            return {"file": path.name, "constrained_step_ratio": step["constrained_step_ratio"],
+                    "mask_overhead_ratio": step.get("mask_overhead_ratio")}
+    return None
+
+
 def report_rows(step: dict) -> list[tuple]:
     """The lines `make bench` prints for this part."""
+    before = step.get("previous")
     return [
         (f"constrained_step_ratio (worst: {step['worst_size']} concepts)", step["constrained_step_ratio"], "<= 1.10"),
+        *([(f"  previous run ({before['file']})", before["constrained_step_ratio"], "")] if before else []),
         *[(f"  schema {k} concepts", v["constrained_step_ratio"], "") for k, v in step["sizes"].items()],
         ("mask_overhead_ratio (free step + mask) / free", step["mask_overhead_ratio"], "<= 1.10"),
         *[(f"  schema {k} concepts, mask ms", 1000 * v["mask_median_s"], "") for k, v in step["sizes"].items()],

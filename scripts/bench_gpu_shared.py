@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         parser.error("no CUDA device: use --dry-run on a CPU")
     args.out.mkdir(parents=True, exist_ok=True)
-    scratch = args.out / "gpu_shared_scratch"
+    # absolute: the workers run in ROOT, which is not this process's folder when ROOT is reached by a link
+    scratch = (args.out / "gpu_shared_scratch").resolve()
     model_dir = build_model_dir(args.shape, SHAPES[args.shape], locomo_text(ROOT / "data" / "locomo10.json"),
                                 scratch / args.shape, device)
     report = {"shape": args.shape, "rows": args.rows, "prompt_tokens": args.prompt, "new_tokens": args.new,

@@ -90,6 +90,21 @@ def test_constrained_step(tiny_bench):
         assert size["constrained_step_ratio"] == size["constrained_median_s"] / size["unconstrained_median_s"]
     assert step["constrained_step_ratio"] == max(s["constrained_step_ratio"] for s in step["sizes"].values())
     assert step["mask_overhead_ratio"] > 1
+    assert step["previous"] is None  # a fresh folder holds no earlier run to compare with
+
+
+def test_previous_run_is_the_newest_full_one(tmp_path):
+    from scripts.bench_decode_step import previous_run
+
+    def write(name, ratio, quick=False):
+        (tmp_path / name).write_text(json.dumps({"quick": quick, "constrained_step": {"constrained_step_ratio": ratio}}))
+    write("20261201-000000.json", 1.5)
+    write("20261202-000000.json", 1.2)
+    write("20261203-000000.json", 9.0, quick=True)  # a quick run measures fewer sizes: not comparable
+    write("20261204-000000-tiny.json", 9.0)
+    (tmp_path / "20261204-000001-served.json").write_text("{}")
+    assert previous_run(tmp_path, "20261205-000000.json")["file"] == "20261202-000000.json"
+    assert previous_run(tmp_path, "20261202-000000.json")["file"] == "20261201-000000.json"
 
 
 def test_constraint_host(tiny_bench):
