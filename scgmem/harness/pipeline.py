@@ -17,6 +17,14 @@ of a conversation's scored questions, and each question's randomness derives fro
 (seed, sample_id, qa_index); so a rerun after a crash recomputes exactly the records
 that are missing, with the same values an uninterrupted run would have written.
 
+On a served model (`llm.served`), a conversation's pending chunks are recalled one after another,
+as always (a method's recall may change its memory, so their order stays that of the chunks), and
+then answered together: each chunk's answer is a sub-job of the batching front (`llm.map`), so the
+answer calls of every chunk of every live conversation go out as one set of requests, in flight
+together up to `model.max_in_flight`. Answering never touches the method, so this changes no value:
+each question's prompt and seed are its own, and a server's reply to a request does not depend on
+what else is in flight. The local backend keeps one chunk at a time (its batches would change).
+
 `question_shard` "I/N" answers only the chunks whose number (within their conversation) is I mod N:
 N processes with the same memory answer one conversation's questions side by side, each in its
 own run directory, and `scgmem-report merge` puts them back together (the chunks are the same
@@ -274,6 +282,9 @@ class Pipeline:
             # records (recall + answer per question), or a resumed summary would under-report it.
             self.state.answer_s += sum(r.get("latency_s", 0.0) for r in done_records)
         writer = PredictionWriter(pred_path)
+        record = getattr(self._llm, "record_requests_to", None)
+        if record is not None:  # a served model with model.record_requests: requests.jsonl (the replay bound)
+            record(self.run_dir / "requests.jsonl")
         usage_log = self.state.usage_log = UsageLog(self.run_dir / USAGE_LOG, records=len(done_records))
         records = list(done_records)
         plan = [(c, self.shard_chunks(scored_questions(c, self.protocol.categories, self.questions_per_category)))
@@ -292,12 +303,9 @@ class Pipeline:
                 method = self.build_memory(conv)
                 memories[0] += 1
                 report()
-                for chunk in chunks:
-                    if all((q.sample_id, q.index) in done for q in chunk):
-                        continue
-                    t0 = self.clock()
-                    new = [r for r in self.answer_chunk(method, chunk) if (r["sample_id"], r["qa_index"]) not in done]
-                    self.state.answer_s += self.clock() - t0
+                pending = [c for c in chunks if not all((q.sample_id, q.index) in done for q in c)]
+                for chunk, new in self._answered(method, pending):
+                    new = [r for r in new if (r["sample_id"], r["qa_index"]) not in done]
                     writer.write(new)  # one job runs at a time, so lines never interleave
                     self.state.questions_written += len(new)
                     self.state.answer_deviations[conv.sample_id] = deviations_added(
@@ -330,9 +338,28 @@ class Pipeline:
         index, count = self.question_shard
         return [c for number, c in enumerate(chunks) if number % count == index]
 
+    def _answered(self, method, chunks):
+        """Yield (chunk, its records) in chunk order: on the local backend each chunk recalled and answered
+        in turn; on a served one every chunk recalled in turn, then all answered together (module docstring)."""
+        if not getattr(self._llm, "served", False) or len(chunks) <= 1:
+            for chunk in chunks:
+                t0 = self.clock()
+                new = self.answer_chunk(method, chunk)
+                self.state.answer_s += self.clock() - t0
+                yield chunk, new
+            return
+        t0 = self.clock()
+        recalled = [(chunk, self.recall_chunk(method, chunk)) for chunk in chunks]
+        answered = self.llm.map(lambda cr: self.answer_recalled(*cr), recalled)
+        self.state.answer_s += self.clock() - t0
+        yield from zip(chunks, answered)
+
     def answer_chunk(self, method, chunk) -> list[dict]:
         """Recall, prompt, generate and score one fixed chunk of questions (same result on every rerun)."""
-        prompt_rngs = [rng_for(self.seed, q.sample_id, q.index, PROMPT) for q in chunk]
+        return self.answer_recalled(chunk, self.recall_chunk(method, chunk))
+
+    def recall_chunk(self, method, chunk) -> tuple[list, float]:
+        """The method's recall for each question of `chunk`, and the recall seconds per question."""
         # The budget is the window minus the prompt without context, the answer, and a margin.
         empty = [self.protocol.build_prompt(q, "", rng_for(self.seed, q.sample_id, q.index, PROMPT)) for q in chunk]
         budgets = [self.llm.context_window
@@ -342,7 +369,12 @@ class Pipeline:
         with self.llm.usage.under("recall"):
             recalls = method.recall_batch([q.question for q in chunk], budget_tokens=budgets,
                                           rngs=[rng_for(self.seed, q.sample_id, q.index, RECALL) for q in chunk])
-        recall_s = (self.clock() - t0) / len(chunk)
+        return recalls, (self.clock() - t0) / len(chunk)
+
+    def answer_recalled(self, chunk, recalled: tuple[list, float]) -> list[dict]:
+        """Prompt, generate and score one chunk whose recall is done; touches the model, never the method."""
+        recalls, recall_s = recalled
+        prompt_rngs = [rng_for(self.seed, q.sample_id, q.index, PROMPT) for q in chunk]
         prompts = [self.protocol.build_prompt(q, r.context, rng) for q, r, rng in zip(chunk, recalls, prompt_rngs)]
         rendered = [self.llm.render(p.messages, assistant_prefix=p.assistant_prefix) for p in prompts]
         answers: list[str] = [""] * len(chunk)

@@ -21,6 +21,12 @@ request reaches the backend unchanged, so outputs equal those of calling the mod
 Calls with a constraint or extra logits processors (SCG-Mem's schema constraint) carry per-call state tied
 to their rows, so they are never merged: each is its own group.
 
+On a served model (`llm.counting_into` exists: scgmem/llm/served/openai_compatible.py) the groups of
+step 2 are not served one after another but all at once, each `generate` on its own thread: every
+request of every waiting conversation, constrained ones included, is then in flight together, up to
+`model.max_in_flight`. Each call counts into its own meter, and replies, usage and clocks are handed
+out in group order once all are back, so nothing of a job's view depends on which call finished first.
+
 The real model, its usage meter and every `generate` run on the thread that called `run`;
 the tokenizer is used by the workers, one at a time. Usage is counted twice: in the real
 meter by phase (exactly as without the front), and per worker in `WorkerLLM.usage`
@@ -31,6 +37,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -195,13 +202,16 @@ class BatchingFront:
         return results
 
     def map(self, fn: Callable[[Any], Any], items: Sequence) -> list:
-        """`[fn(x) for x in items]`. Inside a job of a front wider than 1, each call is a sub-job
+        """`[fn(x) for x in items]`. Inside a job of a front wider than 1 (any width on a served model), each call is a sub-job
         placed right after the calling job (so its rows keep the job order), and the caller waits
         until all are done; otherwise the calls run in turn, as plain code would. The sub-jobs
         share the caller's view of the model (usage meter and phase) and must not depend on
         each other; the first error among them is raised in the caller."""
         parent, items = self.current(), list(items)
-        if parent is None or self._width <= 1 or len(items) <= 1:
+        # width 1 keeps the local backend's calls exactly as plain code makes them; a served model's
+        # replies do not depend on what else is in flight, so its sub-jobs run together at any width
+        concurrent = self._width > 1 or getattr(self.llm, "served", False)
+        if parent is None or not concurrent or len(items) <= 1:
             return [fn(x) for x in items]
         children = [_Worker(parent.index, (lambda x=x: fn(x)), self, parent=parent) for x in items]
         at = self._live.index(parent) + 1
@@ -255,37 +265,69 @@ class BatchingFront:
         groups: dict[tuple, list[_Worker]] = {}
         for w in waiting:  # job order, so the groups and their rows come in a fixed order
             groups.setdefault(w.request.group_key(w), []).append(w)
-        for members in groups.values():
-            self._serve_group(members)
+        members = list(groups.values())
+        if len(members) > 1 and hasattr(self.llm, "counting_into"):
+            start = time.perf_counter()
+            # every group at once (the served model's limiter bounds the requests); handed out in group order
+            with ThreadPoolExecutor(max_workers=len(members)) as pool:
+                done = list(pool.map(lambda m: self._attempt(m, concurrent=True), members))
+            elapsed = time.perf_counter() - start
+            rows = sum(len(w.request.prompts) for m in members for w in m)
+            for m, (outs, delta) in zip(members, done):
+                if outs is not None:
+                    self.llm.usage.merge({m[0].request.phase: delta})
+                # the step's wall time shared by rows, so per-job clocks still add up to the run's
+                self._deliver(m, outs, delta, elapsed * sum(len(w.request.prompts) for w in m) / max(1, rows))
+            return
+        for m in members:
+            start = time.perf_counter()
+            outs, delta = self._attempt(m, concurrent=False)
+            self._deliver(m, outs, delta, time.perf_counter() - start)
 
-    def _serve_group(self, members: list[_Worker]) -> None:
-        requests = [w.request for w in members]
+    @staticmethod
+    def _merged(requests: list[_Request]) -> tuple[list[str], dict]:
         if len(requests) == 1:
-            prompts, kwargs = requests[0].prompts, requests[0].kwargs
-        else:
-            prompts = [p for r in requests for p in r.prompts]
-            kwargs = dict(requests[0].kwargs)
-            if kwargs.get("seeds") is not None:
-                kwargs["seeds"] = [s for r in requests for s in r.kwargs["seeds"]]
-        phase = requests[0].phase
-        start = time.perf_counter()
+            return requests[0].prompts, requests[0].kwargs
+        prompts = [p for r in requests for p in r.prompts]
+        kwargs = dict(requests[0].kwargs)
+        if kwargs.get("seeds") is not None:
+            kwargs["seeds"] = [s for r in requests for s in r.kwargs["seeds"]]
+        return prompts, kwargs
+
+    def _attempt(self, members: list[_Worker], concurrent: bool):
+        """(outputs, usage delta) of one group's call, or (None, the error)."""
+        prompts, kwargs = self._merged([w.request for w in members])
         try:
-            outs, delta = self._call(prompts, kwargs, phase)
+            return self._call(prompts, kwargs, members[0].request.phase, concurrent)
         except Exception as e:
+            return None, e
+
+    def _deliver(self, members: list[_Worker], outs, delta, elapsed: float) -> None:
+        """Hand a group's replies (or its error) to its workers."""
+        requests = [w.request for w in members]
+        if outs is None:
             if len(members) == 1:
-                members[0].reply_error = e
+                members[0].reply_error = delta
                 members[0].state = "ready"
                 return
             # Which request broke a merged call is unknown: serve each alone, so the error
             # reaches the job that caused it, as it would without the front.
             for w in members:
-                self._serve_group([w])
+                start = time.perf_counter()
+                outs, delta = self._attempt([w], concurrent=False)
+                self._deliver([w], outs, delta, time.perf_counter() - start)
             return
-        elapsed = time.perf_counter() - start
         replies, at = [], 0
         for r in requests:
             replies.append(outs[at:at + len(r.prompts)])
             at += len(r.prompts)
+        phase = requests[0].phase
+        self.calls[phase] = self.calls.get(phase, 0) + 1
+        self.rows[phase] = self.rows.get(phase, 0) + len(outs)
+        if self.shapes is not None:
+            kwargs = requests[0].kwargs
+            self.shapes.append((phase, kwargs.get("max_new_tokens", 64), kwargs.get("num_beams", 1),
+                                [len(p) for r in requests for p in r.prompts]))
         shares = _share_usage(delta, requests, replies)
         total_rows = sum(len(r.prompts) for r in requests)
         for w, reply, share in zip(members, replies, shares):
@@ -293,17 +335,17 @@ class BatchingFront:
             w.clock_s += elapsed * len(reply) / max(1, total_rows)
             w.reply, w.state = reply, "ready"
 
-    def _call(self, prompts: list[str], kwargs: dict, phase: str) -> tuple[list, dict]:
+    def _call(self, prompts: list[str], kwargs: dict, phase: str, concurrent: bool = False) -> tuple[list, dict]:
+        if concurrent:  # its own meter: other calls count at the same time (merged by `_serve`, in order)
+            meter = UsageMeter()
+            with meter.under(phase), self.llm.counting_into(meter):
+                outs = self.llm.generate(prompts, **kwargs)
+            return outs, meter.snapshot().get(phase, {})
         usage = self.llm.usage
         before = usage.snapshot().get(phase, {})
         with usage.under(phase):
             outs = self.llm.generate(prompts, **kwargs)
         after = usage.snapshot().get(phase, {})
-        self.calls[phase] = self.calls.get(phase, 0) + 1
-        self.rows[phase] = self.rows.get(phase, 0) + len(prompts)
-        if self.shapes is not None:
-            self.shapes.append((phase, kwargs.get("max_new_tokens", 64), kwargs.get("num_beams", 1),
-                                [len(p) for p in prompts]))
         return outs, {k: after.get(k, 0) - before.get(k, 0) for k in after}
 
 
