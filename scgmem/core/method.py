@@ -26,6 +26,7 @@ import numpy as np
 
 from scgmem.api import Conversation, MemoryMethod, Recall, Turn, render_turn
 from scgmem.api.settings import check_bool, check_int, check_positive, check_slot, setting_error
+from scgmem.core.concepts import normalise
 from scgmem.core.evolution import ANSWER_PREFIX, CONCEPT_PROMPT, Evolution
 from scgmem.core.graph import AssociativeGraph
 from scgmem.core.recall import (FREE_RECALL_PREFIX, FREE_RECALL_PROMPT, RECALL_PREFIX, RECALL_PROMPT,
@@ -248,11 +249,13 @@ class SCGMem(MemoryMethod):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("format") != STATE_FORMAT:
-            raise ValueError(f"SCG-Mem state format {state.get('format')!r} != {STATE_FORMAT}: rebuild the memory")
+        """Load a state written by `state_dict` (the memory cache): checked whole first
+        (`check_state`), so a stored memory can never put a key outside the schema."""
+        check_state(state)
         self._reset()
         for concept, surf in state["concepts"]:
-            self.schema.add(concept, surf)
+            if not self.schema.add(concept, surf):
+                raise ValueError(f"state: concept {concept!r} listed twice")
         self.index = {c: list(ids) for c, ids in state["index"].items()}
         self.turn_concepts = {d: list(cs) for d, cs in state["turn_concepts"].items()}
         self.graph.load_state_dict(state["graph"])
@@ -274,3 +277,63 @@ class SCGMem(MemoryMethod):
                "schema_size": len(self.schema), "edges": self.graph.num_edges, **self.thresholds}
         out.update({key: value for key, value in sorted(c.items()) if key not in out})
         return out
+
+
+MAX_STATE_COUNT = 10**12  # counters and deviations: above any run's
+
+
+def check_state(state: dict[str, Any]) -> None:
+    """Raise ValueError unless `state` is what `state_dict` writes: everything but the schema and
+    the turns is recomputed from `turn_concepts` (the turns' concepts in ingestion order) and must
+    match, so every concept of the index, the graph and the turns is in the schema, every edge joins
+    two of them, every dia_id names a stored turn (the cache checks those against the conversation:
+    scgmem/harness/cache_entry.py) and every count is the one ingestion gives."""
+    def bad(field: str, value, why: str) -> ValueError:
+        return ValueError(f"state: {field}: {repr(value)[:80]}: {why}")
+
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        raise ValueError(f"SCG-Mem state format {state.get('format') if isinstance(state, dict) else state!r} != "
+                         f"{STATE_FORMAT}: rebuild the memory")
+    pairs = state.get("concepts")
+    if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) and x
+                                                                                        for x in p) for p in pairs):
+        raise bad("concepts", pairs, "must be [concept, surface] pairs of non-empty strings")
+    concepts = [c for c, _ in pairs]
+    for c, surf in pairs:
+        if c != surf.lower() or normalise(c) != c:
+            raise bad("concepts", [c, surf], "not a normalised concept with its surface form")
+    known = set(concepts)
+    if len(known) != len(concepts):
+        raise bad("concepts", concepts, "a concept is listed twice")
+    turns = state.get("turns")
+    if not isinstance(turns, list) or not all(isinstance(t, dict) and isinstance(t.get("dia_id"), str) for t in turns):
+        raise bad("turns", turns, "must be a list of turns")
+    order = [t["dia_id"] for t in turns]
+    if len(set(order)) != len(order):
+        raise bad("turns", order, "a turn is stored twice")
+    turn_concepts = state.get("turn_concepts")
+    if not isinstance(turn_concepts, dict) or list(turn_concepts) != order:
+        raise bad("turn_concepts", turn_concepts, "must list the stored turns' concepts, in their order")
+    for dia_id, cs in turn_concepts.items():
+        if not isinstance(cs, list) or not all(isinstance(c, str) and c in known for c in cs):
+            raise bad(f"turn_concepts.{dia_id}", cs, "must be concepts of the schema")
+    graph = AssociativeGraph()
+    index: dict[str, list[str]] = {}
+    for dia_id, cs in turn_concepts.items():  # ingestion again (`_index_turn`), without the model
+        for c in cs:
+            index.setdefault(c, []).append(dia_id)
+        graph.add_turn(cs)
+    if state.get("index") != index:
+        raise bad("index", state.get("index"), "not the turns' concepts (concept -> the turns holding it)")
+    if state.get("graph") != graph.state_dict():
+        raise bad("graph", state.get("graph"), "not the counts of the turns' concepts (Eq. 10's N, df, count_uv)")
+    for name in ("counters", "deviations"):
+        counts = state.get(name)
+        if not isinstance(counts, dict) or not all(isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool)
+                                                   and 0 <= n <= MAX_STATE_COUNT for k, n in counts.items()):
+            raise bad(name, counts, f"must map names to integers in [0, {MAX_STATE_COUNT}]")
+    thresholds = state.get("thresholds", {})
+    if not isinstance(thresholds, dict) or not all(
+            v is None or isinstance(v, str) or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                and math.isfinite(v)) for v in thresholds.values()):
+        raise bad("thresholds", thresholds, "must map names to finite numbers, text or null")

@@ -105,9 +105,7 @@ class MemoryCache:
             data = read_bounded(path, max_file_bytes(conv) if conv is not None else 1 << 30)
             entry = parse_json(data, path, max_depth=64)
             if conv is not None:
-                if not check_entry(entry, path, conv, cache_format=CACHE_FORMAT, settings=settings, partial=partial):
-                    log.warning("memory cache %s has no checksum (written before entries had one): "
-                                "loaded after its other checks", path)
+                check_entry(entry, path, conv, cache_format=CACHE_FORMAT, settings=settings, partial=partial)
             elif not isinstance(entry, dict) or entry.get("format") != CACHE_FORMAT or "state" not in entry:
                 raise StoredFileError(path, "format", entry.get("format") if isinstance(entry, dict) else entry,
                                       "unknown format")

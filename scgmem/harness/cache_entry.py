@@ -6,8 +6,10 @@ ingesting one conversation cost and built: {"format", "ingest_s", "usage", "stat
 "stats" and "settings". What is checked:
 
 - `checksum`: sha256 over the rest of the entry in canonical JSON, written with it, so a
-  truncated or edited file is caught (entries written before the checksum existed have none:
-  they get every other check, and a warning);
+  truncated or edited file is caught; an entry without one is rebuilt. The checksum is no proof
+  against whoever can write the file (they can re-sign it): what proves an entry is the checks
+  below and the method's own `load_state_dict` (SCG-Mem's recomputes its index and graph from the
+  turns' concepts, scgmem/core/method.py `check_state`);
 - size and shape: the file at most MAX_FILE_FACTOR x the conversation's text; nesting at most
   MAX_STATE_DEPTH; every string at most twice the conversation's text (a memory holds the
   conversation and shorter texts made from it); numbers finite;
@@ -54,13 +56,13 @@ def max_file_bytes(conv) -> int:
 
 def check_entry(entry, path, conv, *, cache_format: int, settings: dict | None, partial: bool) -> bool:
     """Raise StoredFileError unless `entry` is what the cache writes for `conv` (module docstring).
-    `settings`: the method's memory_settings() (None: not compared). Returns whether the entry
-    carried a checksum (False: an entry written before checksums, checked otherwise)."""
+    `settings`: the method's memory_settings() (None: not compared). Returns True."""
     need_dict(entry, path, "entry")
     if entry.get("format") != cache_format:
         raise StoredFileError(path, "format", entry.get("format"), f"this code reads format {cache_format}")
-    has_sum = "checksum" in entry
-    if has_sum and entry["checksum"] != checksum(entry):
+    if "checksum" not in entry:  # a cache is data we rebuild, not evidence: no checksum, no use
+        raise StoredFileError(path, "checksum", None, "missing (an entry from before checksums, or stripped)")
+    if entry["checksum"] != checksum(entry):
         raise StoredFileError(path, "checksum", entry["checksum"], "does not match the entry (truncated or edited)")
     need_number(entry.get("ingest_s"), path, "ingest_s", 0.0, 1e7)
     usage = need_usage(entry.get("usage"), path, "usage", MAX_COUNT)
@@ -81,7 +83,7 @@ def check_entry(entry, path, conv, *, cache_format: int, settings: dict | None, 
     if depth(state, MAX_STATE_DEPTH) > MAX_STATE_DEPTH:
         raise StoredFileError(path, "state", "...", f"nested deeper than {MAX_STATE_DEPTH}")
     _check_values(entry, path, conv)
-    return has_sum
+    return True
 
 
 def _check_values(entry: dict, path, conv) -> None:

@@ -101,12 +101,16 @@ def test_a_good_entry_is_loaded_and_carries_a_checksum(tmp_path, built, conversa
     assert p.state.cache_hits == 1
 
 
-def test_an_entry_from_before_checksums_still_loads_after_its_other_checks(tmp_path, built, conversations, caplog):
+def test_an_entry_without_a_checksum_is_rebuilt(tmp_path, built, conversations, caplog):
+    """Issue 48: a cache is data we rebuild, not evidence; an entry without a checksum (from before
+    issue 42, or stripped after an edit) is rebuilt with a warning, never used."""
     cache, path, entry, _ = built
     path.write_text(json.dumps({k: v for k, v in entry.items() if k != "checksum"}))
     with caplog.at_level(logging.WARNING):
         p, _ = rerun(tmp_path, cache, conversations)
-    assert p.state.cache_hits == 1 and any("no checksum" in r.getMessage() for r in caplog.records)
+    assert p.state.cache_hits == 0
+    assert any("checksum" in r.getMessage() and "rebuilding" in r.getMessage() for r in caplog.records)
+    assert "checksum" in json.loads(path.read_text())  # the rebuilt entry replaced it
 
 
 def test_a_lock_that_is_a_symlink_is_refused_and_its_target_kept(tmp_path, built, conversations):
