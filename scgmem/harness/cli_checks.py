@@ -105,15 +105,6 @@ def _choices(value: str) -> list[str]:
     if value.startswith("choice(") and value.endswith(")"):
         value = value[len("choice("):-1]
     return [v.strip() for v in value.split(",") if v.strip() and not v.strip().startswith(("glob(", "range("))]
-    return None
-
-
-def _choices(value: str) -> list[str]:
-    """Values of a (multirun) override: `a,b`, `choice(a,b)`, or one value."""
-    value = value.strip()
-    if value.startswith("choice(") and value.endswith(")"):
-        value = value[len("choice("):-1]
-    return [v.strip() for v in value.split(",") if v.strip() and not v.strip().startswith(("glob(", "range("))]
 
 
 def check_method_model(cfg) -> str | None:
