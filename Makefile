@@ -20,7 +20,7 @@ sweep_dir = $(or $(SWEEP),$(OUT)/multirun/$(1))
 .DEFAULT_GOAL := help
 .PHONY: help install data prepare-model run test test-slow bench bench-full clean device-check device-wheels \
         vllm-install vllm vllm-stop llamacpp llamacpp-stop \
-        bench-served bench-attention bench-score-head bench-gpu-shared reproduce-times locomo-audit \
+        bench-served bench-engine bench-attention bench-score-head bench-gpu-shared reproduce-times locomo-audit \
         reproduce-table1 reproduce-table2 reproduce-fig3 reproduce-fig4 report
 
 help: ## list the targets
@@ -93,6 +93,9 @@ bench-full: ## the benchmark plus a full LoCoMo SCG-Mem run
 
 bench-served: ## SCG-Mem on a llama.cpp server vs the local backend, grammar compile vs concepts (scripts/bench_served.py)
 	OMP_NUM_THREADS=1 $(BIN)/python -m scripts.bench_served
+
+bench-engine: ## engine utilization: each method's recorded requests (model.record_requests=true) replayed at once against the same server (scripts/bench_replay.py; RUNS="<run_dir> ...")
+	$(BIN)/python -m scripts.bench_replay $(RUNS)
 
 bench-attention: ## decode step per attention implementation, eager and compiled, on this CPU (scripts/bench_attention.py)
 	OMP_NUM_THREADS=1 $(BIN)/python -m scripts.bench_attention --compiled

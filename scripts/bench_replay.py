@@ -1,0 +1,153 @@
+"""Engine utilization: a run's own requests, replayed with no dependencies, against its tokens/s.
+
+    python -m scripts.bench_replay <run_dir> [<run_dir> ...] [--url http://127.0.0.1:8000] \
+        [--concurrency 64] [--out results/bench/<timestamp>-engine.json]
+
+Each run directory must hold requests.jsonl, written by a served run with `model.record_requests=true`
+(scgmem/llm/served/recorder.py). For each:
+
+- run tokens/s: the prompt + completion tokens of its requests over the span from the first request's
+  start to the last one's end (the engine's work over the time the run kept it);
+- replay tokens/s: the same requests sent again at once, `--concurrency` in flight, none waiting for
+  another (the most this engine does for this exact mix of prompts and outputs: the replay bound);
+- engine utilization = run tokens/s / replay tokens/s;
+- the cap the run's own order sets: mean requests in flight during the run, and the share of its span
+  with at least one request in flight;
+- vLLM's /metrics counters (prompt_tokens_total, generation_tokens_total, prefix_cache_queries_total,
+  prefix_cache_hits_total) read before and after the replay, when the server has them.
+
+The replay must not be served from the run's own prefix cache: every replayed body carries a fresh
+`cache_salt` (vLLM's field; a salted request shares cached blocks only with requests of the same salt),
+so the replay's requests share their prompt heads with each other, as the run's did, but with nothing
+the run left in the cache. `--no-salt` sends the bodies unchanged (an engine that refuses the field).
+
+Token counts are those the replies state (the recorder's fields; a reply without usage counts the ids
+sent). The JSON records the load average at start and end and the CPU's flags: on a shared machine the
+numbers are noisy, and the load average says how much.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from scgmem.llm.served.http_client import JsonClient
+from scgmem.llm.served.recorder import read_records, reply_tokens
+
+ROOT = Path(__file__).resolve().parents[1]
+METRICS = ("prompt_tokens_total", "generation_tokens_total", "prefix_cache_queries_total", "prefix_cache_hits_total")
+
+
+def tokens(rec: dict) -> int:
+    return int(rec.get("prompt_tokens") or 0) + int(rec.get("completion_tokens") or 0)
+
+
+def run_profile(records: list[dict]) -> dict:
+    """Tokens/s of the run as recorded, and how many of its requests were in flight."""
+    start, end = min(r["start"] for r in records), max(r["end"] for r in records)
+    span = max(end - start, 1e-9)
+    busy, last = 0.0, start  # union of the request intervals
+    for r in sorted(records, key=lambda r: r["start"]):
+        if r["end"] > last:
+            busy += r["end"] - max(r["start"], last)
+            last = r["end"]
+    total = sum(tokens(r) for r in records)
+    return {"requests": len(records), "tokens": total,
+            "prompt_tokens": sum(int(r.get("prompt_tokens") or 0) for r in records),
+            "completion_tokens": sum(int(r.get("completion_tokens") or 0) for r in records),
+            "span_s": round(span, 3), "tokens_per_s": round(total / span, 2),
+            "mean_in_flight": round(sum(r["end"] - r["start"] for r in records) / span, 3),
+            "busy_share": round(busy / span, 4)}
+
+
+def read_metrics(root: str) -> dict | None:
+    """vLLM's token counters from <root>/metrics (summed over label sets), or None without them."""
+    try:
+        with urllib.request.urlopen(root + "/metrics", timeout=10) as f:
+            text = f.read(8 << 20).decode("utf-8", "replace")
+    except OSError:
+        return None
+    out = {}
+    for name in METRICS:
+        values = re.findall(rf"^\S*{name}(?:{{[^}}]*}})?\s+([0-9.eE+-]+)$", text, flags=re.M)
+        if values:
+            out[name] = sum(float(v) for v in values)
+    return out or None
+
+
+def replay(records: list[dict], url: str | None, concurrency: int, salt: str | None) -> dict:
+    """Send every recorded body again, `concurrency` at once; tokens/s over the replay's wall time."""
+    clients: dict[str, JsonClient] = {}
+
+    def one(rec):
+        root = url or rec["server"].rstrip("/").removesuffix("/v1")
+        client = clients.setdefault(root, JsonClient(root, timeout_s=600, retries=2))
+        reply = client.post(rec["path"], {**rec["body"], "cache_salt": salt} if salt else rec["body"])
+        p, c = reply_tokens(rec["body"], reply)
+        return (p if p is not None else int(rec.get("prompt_tokens") or 0)) + \
+            (c if c is not None else int(rec.get("completion_tokens") or 0))
+
+    root = url or records[0]["server"].rstrip("/").removesuffix("/v1")
+    before = read_metrics(root)
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        counts = list(pool.map(one, records))
+    wall = time.perf_counter() - start
+    after = read_metrics(root)
+    out = {"concurrency": concurrency, "cache_salt": salt, "wall_s": round(wall, 3), "tokens": sum(counts),
+           "tokens_per_s": round(sum(counts) / max(wall, 1e-9), 2)}
+    if before and after:
+        out["server_metrics_delta"] = {k: after[k] - before.get(k, 0.0) for k in after}
+    return out
+
+
+def bench(run_dir: Path, url: str | None, concurrency: int, salt: bool = True) -> dict:
+    path = run_dir / "requests.jsonl"
+    if not path.is_file():
+        raise SystemExit(f"{path}: missing; run with model.record_requests=true")
+    records = read_records(path)
+    if not records:
+        raise SystemExit(f"{path}: no requests recorded")
+    run = run_profile(records)
+    again = replay(records, url, concurrency, f"replay-{time.time_ns()}" if salt else None)
+    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else {}
+    return {"run_dir": str(run_dir), "method": summary.get("method"), "run": run, "replay": again,
+            "engine_utilization": round(run["tokens_per_s"] / max(again["tokens_per_s"], 1e-9), 4)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run_dirs", nargs="+", type=Path)
+    ap.add_argument("--url", default=None, help="server root to replay against (default: the recorded one)")
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--no-salt", action="store_true", help="send the bodies without a fresh cache_salt")
+    args = ap.parse_args()
+    if args.concurrency < 1:
+        raise SystemExit(f"--concurrency must be >= 1, got {args.concurrency}")
+    load_start = list(os.getloadavg())
+    results = [bench(d, args.url and args.url.rstrip("/").removesuffix("/v1"), args.concurrency, not args.no_salt)
+               for d in args.run_dirs]
+    flags = next((line.partition(":")[2].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("flags")), []) if Path("/proc/cpuinfo").is_file() else []
+    out = {"command": "python -m scripts.bench_replay " + " ".join(map(str, args.run_dirs)),
+           "machine": {"cpu_count": os.cpu_count(), "cpu_flags": flags, "load_avg_start": load_start,
+                       "load_avg_end": list(os.getloadavg())},
+           "runs": results}
+    for r in results:
+        print(f"{r['method'] or r['run_dir']}: run {r['run']['tokens_per_s']} tok/s, replay "
+              f"{r['replay']['tokens_per_s']} tok/s, engine utilization {r['engine_utilization']:.3f} "
+              f"(mean in flight {r['run']['mean_in_flight']}, busy {r['run']['busy_share']:.2f})")
+    path = args.out or ROOT / "results" / "bench" / f"{time.strftime('%Y%m%d-%H%M%S')}-engine.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

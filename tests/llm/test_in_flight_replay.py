@@ -1,0 +1,39 @@
+"""scripts/bench_replay.py: a run's profile from its recorded requests (hand-worked intervals), and a
+replay against a scripted server whose tokens add up to the recorded ones."""
+from __future__ import annotations
+
+import json
+
+from scripts.bench_replay import bench, run_profile
+from tests.llm.servers import ScriptedServer
+
+
+def record(start, end, prompt=10, completion=2, server="http://127.0.0.1:1/v1"):
+    return {"v": 1, "server": server, "path": "/v1/completions", "start": start, "end": end,
+            "prompt_tokens": prompt, "completion_tokens": completion,
+            "body": {"model": "tiny-served", "prompt": "p", "max_tokens": 2}}
+
+
+def test_run_profile_on_hand_worked_intervals():
+    # [0, 2] and [1, 3] overlap, [5, 6] after a gap: span 6 s, busy 4 s, 2 + 2 + 1 = 5 request-seconds
+    profile = run_profile([record(0, 2), record(1, 3), record(5, 6, prompt=20, completion=None)])
+    assert profile["span_s"] == 6 and profile["busy_share"] == round(4 / 6, 4)
+    assert profile["mean_in_flight"] == round(5 / 6, 3)
+    assert profile["tokens"] == 12 + 12 + 20 and profile["tokens_per_s"] == round(44 / 6, 2)
+
+
+def test_replay_sends_every_request_and_divides_the_rates(tmp_path):
+    def reply(body):
+        return 200, {"choices": [{"index": 0, "text": "a b", "finish_reason": "stop"}],
+                     "usage": {"prompt_tokens": 10, "completion_tokens": 2}}
+
+    with ScriptedServer(reply) as server:
+        records = [record(i, i + 1, server=server.url) for i in range(6)]  # one at a time, back to back
+        (tmp_path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        result = bench(tmp_path, None, concurrency=4)
+        salts = {b.get("cache_salt") for b in server.bodies}
+        sent = len(server.bodies)
+    assert len(salts) == 1 and None not in salts  # one fresh salt: none of the run's cache reused
+    assert sent == 6 and result["replay"]["tokens"] == result["run"]["tokens"] == 72
+    assert result["run"]["tokens_per_s"] == 12.0 and result["run"]["mean_in_flight"] == 1.0
+    assert result["engine_utilization"] == round(12.0 / result["replay"]["tokens_per_s"], 4)
