@@ -23,6 +23,7 @@ import torch
 from scgmem.llm.key_rule import RowState
 from scgmem.llm.protocol import Generation
 from scgmem.llm.served.dialect import NextTokens, Unsupported
+from scgmem.llm.served.http_client import BadServerReply
 from scgmem.llm.served.keys import KeyDecoder
 
 FIRST_TOP_N = 64
@@ -38,9 +39,16 @@ def next_logprobs(decoder: KeyDecoder, prompt_ids: Sequence[int], allowed: list[
     while True:
         got: NextTokens = decoder.t.next_tokens(prompt_ids, allowed, top_n)
         decoder.counted()
+        outside = [t for t in got.listed if t >= decoder.trie.vocab_size]
+        if outside:
+            raise BadServerReply(f"{decoder.where}: next-token list: token id {outside[0]}: outside the vocabulary "
+                                 f"({decoder.trie.vocab_size} ids)")
         listed = {t: lp for t, lp in got.logprobs.items() if t in wanted}
         if got.complete or len(listed) >= min(need, len(allowed)):
             return listed
+        if top_n >= decoder.trie.vocab_size:  # the whole vocabulary was asked for and it is still short
+            raise BadServerReply(f"{decoder.where}: next-token list: {len(got.listed)} ids for a top-{top_n} request "
+                                 f"over {decoder.trie.vocab_size} ids lack allowed tokens")
         if cap is not None and top_n >= cap:
             raise Unsupported(f"{decoder.where}: the engine's top-{cap} log-probs hold {len(listed)} of the "
                               f"{min(need, len(allowed))} allowed tokens a beam needs; raise its cap (llama.cpp "

@@ -57,6 +57,7 @@ class NextTokens:
     logprobs: dict[int, float] = field(default_factory=dict)
     complete: bool = False
     floor: float = float("-inf")
+    listed: tuple[int, ...] = ()  # every id the reply listed, allowed or not: the client checks them
 
 
 class EngineDialect:
@@ -175,6 +176,21 @@ def number(value, where: str) -> float:
     if value != value or value > 1e-4:
         raise BadReply(f"{where}: {value!r} is not a log-probability")
     return value
+
+
+def top_list(pairs, where: str, *, ranked: bool) -> dict[int, float]:
+    """{id: log-prob} of a reply's listed (id, log-prob) pairs: each id once, and (`ranked`: a top-n
+    list) in order of non-increasing log-prob, as every engine sorts its top list. A duplicate or an
+    out-of-order entry is a bad reply: the floor below which unlisted tokens fall reads the order."""
+    out: dict[int, float] = {}
+    previous = float("inf")
+    for i, (tok, lp) in enumerate(pairs):
+        if tok in out:
+            raise BadReply(f"{where}[{i}]: token id {tok} listed twice")
+        if ranked and lp > previous:
+            raise BadReply(f"{where}[{i}]: log-prob {lp!r} above the entry before it ({previous!r}): not a ranked list")
+        out[tok], previous = lp, lp
+    return out
 
 
 def token_id(value, where: str, vocab_size: int | None = None) -> int:

@@ -37,6 +37,12 @@ class ServerError(RuntimeError):
     str(e) is one line naming the URL. The run stops with exit code 2 and keeps its predictions."""
 
 
+class BadServerReply(ServerError):
+    """A reply the client cannot use (a field of the wrong shape, a token outside the grammar the
+    request carried, an empty continuation, a top list with a repeated or unranked id): one line
+    naming the server, the field and the value, shown short and without control characters."""
+
+
 def printable(raw: bytes | str, limit: int = 200) -> str:
     """A server's text as one safe line: decoded, control characters replaced, cut to `limit`."""
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)

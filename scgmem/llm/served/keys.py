@@ -25,7 +25,8 @@ from typing import Protocol, Sequence
 from scgmem.llm.constraint_spec import KeyConstraint
 from scgmem.llm.key_rule import DONE, KeyRule, RowState
 from scgmem.llm.protocol import Generation
-from scgmem.llm.served.dialect import BadReply, Continuation, NextTokens
+from scgmem.llm.served.dialect import Continuation, NextTokens
+from scgmem.llm.served.http_client import BadServerReply
 from scgmem.llm.served.lark_trie import key_grammar
 
 
@@ -54,6 +55,10 @@ class KeyDecoder:
         self.requests = 0
         self._count_lock = threading.Lock()  # beam expansions count from several threads
 
+    def trie_keys(self) -> int:
+        """How many keys the trie holds (`TrieView.count` of the root)."""
+        return self.trie.count(self.trie.ROOT)
+
     def counted(self) -> None:
         with self._count_lock:
             self.requests += 1
@@ -64,7 +69,10 @@ class KeyDecoder:
         ids: list[int] = []
         lps: list[float] | None = []
         walk, end_lp, cut = RowState(self.trie.ROOT), None, False
-        while True:
+        # A request that does not stop inside a key adds at least one key or ends the list, so a list of
+        # distinct keys takes at most one request per key of the trie plus one; any list at most one per
+        # token (an empty continuation is refused): no reply can make this loop spin.
+        for _ in range(self.trie_keys() + 1 if self.c.distinct else max_new_tokens + 1):
             if walk.node == self.trie.ROOT and self.rule.allowed(walk) == [self.c.end_id]:
                 break  # every key is in the list: EOS, which the ids do not carry
             room = max_new_tokens - len(ids)
@@ -75,6 +83,9 @@ class KeyDecoder:
             reply = self.t.continue_(list(prompt_ids) + ids, grammar, max_tokens=min(room, self.trie.max_depth),
                                      temperature=temperature, seed=seed)
             self.counted()
+            if not reply.token_ids:
+                raise BadServerReply(f"{self.where}: continuation: field token_ids: []: an empty continuation "
+                                     "under a grammar that allows no empty key")
             ended, n = self._accept(walk, reply)
             walk = ended
             body = reply.token_ids[:n]
@@ -89,6 +100,9 @@ class KeyDecoder:
             if walk.node != self.trie.ROOT:  # stopped inside a key: the engine hit max_tokens
                 cut = True
                 break
+        else:
+            raise BadServerReply(f"{self.where}: continuation: {len(ids)} tokens in more requests than the trie has "
+                                 f"keys ({self.trie_keys()}): the replies add no key")
         if lps is None and not cut:  # the engine's generation log-probs are not raw: score the sequence
             scored = self.t.score(prompt_ids, ids + [self.c.end_id])
             self.counted()
@@ -104,7 +118,8 @@ class KeyDecoder:
         rule does not allow is a bad reply."""
         for n, token in enumerate(reply.token_ids):
             if token not in self.rule.allowed(walk):
-                raise BadReply(f"{self.where}: the engine generated token {token} outside the schema grammar")
+                raise BadServerReply(f"{self.where}: continuation: field token_ids: {token!r}: outside the schema "
+                                     "grammar the request carried")
             walk = self.rule.step(walk, token)
             if walk.node == DONE or (walk.node == self.trie.ROOT and token == self.c.terminator):
                 return walk, n + 1

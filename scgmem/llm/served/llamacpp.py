@@ -17,7 +17,8 @@ so greedy decoding under the grammar is the argmax over the allowed tokens, as l
 """
 from __future__ import annotations
 
-from scgmem.llm.served.dialect import BadReply, Continuation, EngineDialect, NextTokens, number, token_id
+from scgmem.llm.served.dialect import (BadReply, Continuation, EngineDialect, NextTokens, number, token_id,
+                                      top_list)
 from scgmem.llm.served.engines import register_engine
 
 PATH = "/completion"  # the server root's native endpoint, beside /v1
@@ -59,8 +60,8 @@ class LlamaCppDialect(EngineDialect):
             ids.append(token_id(entry.get("id"), f"{where}.id"))
             lps.append(number(entry.get("logprob"), f"{where}.logprob"))
         tokens = reply.get("tokens")
-        if isinstance(tokens, list) and tokens and [int(t) for t in tokens if isinstance(t, int)] != ids:
-            raise BadReply(f"tokens: {tokens[:8]} disagree with completion_probabilities ids {ids[:8]}")
+        if tokens is not None and tokens != [] and tokens != ids:  # junk around the ids is a disagreement too
+            raise BadReply(f"tokens: {tokens[:8]!r} disagree with completion_probabilities ids {ids[:8]}")
         finish = "length" if reply.get("stop_type") == "limit" else "stop"
         return Continuation(ids, lps, finish)
 
@@ -74,16 +75,17 @@ class LlamaCppDialect(EngineDialect):
         top = probs[0].get("top_logprobs")
         if not isinstance(top, list):
             raise BadReply("completion_probabilities[0].top_logprobs: expected a list")
-        listed: dict[int, float] = {}
+        pairs = []
         for i, entry in enumerate(top):
             where = f"completion_probabilities[0].top_logprobs[{i}]"
             if not isinstance(entry, dict):
                 raise BadReply(f"{where}: expected an object")
-            listed[token_id(entry.get("id"), f"{where}.id")] = number(entry.get("logprob"), f"{where}.logprob")
+            pairs.append((token_id(entry.get("id"), f"{where}.id"), number(entry.get("logprob"), f"{where}.logprob")))
+        listed = top_list(pairs, "completion_probabilities[0].top_logprobs", ranked=True)
         wanted = set(allowed)
         floor = min(listed.values()) if listed else float("-inf")
         return NextTokens({t: lp for t, lp in listed.items() if t in wanted}, complete=wanted <= listed.keys(),
-                          floor=floor)
+                          floor=floor, listed=tuple(listed))
 
     def build_score(self, prompt_ids: list[int], continuation: list[int]) -> tuple[str, dict]:
         # the continuation forced by a grammar of exactly its ids: llama.cpp reports raw log-probs

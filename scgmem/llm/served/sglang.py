@@ -26,7 +26,8 @@ to their use; the tests check the bodies and reply fixtures copied in shape from
 """
 from __future__ import annotations
 
-from scgmem.llm.served.dialect import BadReply, Continuation, EngineDialect, NextTokens, Unsupported, number, token_id
+from scgmem.llm.served.dialect import (BadReply, Continuation, EngineDialect, NextTokens, Unsupported, number, token_id,
+                                      top_list)
 from scgmem.llm.served.engines import register_engine
 
 PATH = "/generate"
@@ -108,16 +109,17 @@ class SGLangDialect(EngineDialect):
         if len(per_pos) != 1:
             raise BadReply(f"sglang: meta_info.output_token_ids_logprobs has {len(per_pos)} positions, expected 1")
         entries = self.listed(per_pos[0], "meta_info.output_token_ids_logprobs[0]")
-        listed: dict[int, float] = {}
+        pairs = []
         for i, e in enumerate(entries):
             lp, tok = _entry(e, f"meta_info.output_token_ids_logprobs[0][{i}]")
-            listed[tok] = lp
+            pairs.append((tok, lp))
+        listed = top_list(pairs, "meta_info.output_token_ids_logprobs[0]", ranked=False)  # in the order asked
         wanted = set(allowed)
         got = {t: lp for t, lp in listed.items() if t in wanted}
         if len(got) != len(wanted):
             missing = sorted(wanted - set(got))[:5]
             raise BadReply(f"sglang: meta_info.output_token_ids_logprobs[0] lacks requested ids {missing}")
-        return NextTokens(logprobs=got, complete=True, floor=min(listed.values()))
+        return NextTokens(logprobs=got, complete=True, floor=min(listed.values()), listed=tuple(listed))
 
     # -- raw log-probs of a given continuation --------------------------------------------------
 

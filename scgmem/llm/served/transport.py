@@ -17,8 +17,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
-from scgmem.llm.served.http_client import JsonClient, ServerError
-from scgmem.llm.served.dialect import BadReply, Continuation, EngineDialect, NextTokens
+from scgmem.llm.served.http_client import BadServerReply, JsonClient, ServerError, printable
+from scgmem.llm.served.dialect import BadReply, Continuation, EngineDialect, NextTokens, Unsupported
 from scgmem.llm.served.limiter import InFlightLimiter
 
 log = logging.getLogger(__name__)
@@ -91,8 +91,13 @@ class HttpTransport:
         reply = self.pool.post(path, body, self.affinity)
         try:
             return read(reply)
-        except BadReply as e:
-            raise ServerError(f"{self.pool.urls[0]} ({self.dialect.name}) {path}: {e}") from None
+        except Unsupported:
+            raise
+        except (BadReply, KeyError, TypeError, AttributeError, IndexError, ValueError, OverflowError) as e:
+            # a reader that met a shape it did not expect (a list where an object goes, a string for a
+            # number) is a bad reply too: one line naming the server and what failed, never a traceback
+            what = str(e) if isinstance(e, BadReply) else f"{type(e).__name__}: {e}"
+            raise BadServerReply(f"{self.pool.urls[0]} ({self.dialect.name}) {path}: {printable(what)}") from None
 
     def continue_(self, prompt_ids, grammar, *, max_tokens, temperature, seed) -> Continuation:
         return self._ask(self.dialect.continue_body(prompt_ids, grammar, max_tokens=max_tokens,
