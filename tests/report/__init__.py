@@ -75,6 +75,7 @@ def write_run(run_dir: Path, *, model: str, method: str, records: list[dict], me
               samples: list[str] | None = None, questions_per_category: int | None = 2,
               ingested_turns: dict[str, int] | None = None, categories: dict[int, str] | None = None) -> Path:
     run_dir = Path(run_dir)
+    samples = samples or sorted({r["sample_id"] for r in records}) or None  # the slice the records answer
     turns = ingested_turns if ingested_turns is not None else {s: 100 for s in samples or ["conv-1"]}
     (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
     config = {"model": {"name": model}, "method": {"_target_": f"fake.{method}", **(method_cfg or {})},
