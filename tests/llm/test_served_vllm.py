@@ -48,7 +48,7 @@ def command(run_dir: Path | None, overrides: dict, *, multirun: bool = False) ->
     return [sys.executable, "-m", "scgmem.run", *(["-m"] if multirun else []), *(f"{k}={v}" for k, v in base.items())]
 
 
-def run(run_dir: Path, overrides: dict, *, ok: bool = True, timeout: int = 1800) -> subprocess.CompletedProcess:
+def run(run_dir: Path, overrides: dict, *, ok: bool = True, timeout: int = 3600) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(command(run_dir, overrides), capture_output=True, text=True, env=env, timeout=timeout)
     if ok:
@@ -72,7 +72,7 @@ def local_run(tmp_path_factory):
     return run_dir
 
 
-def test_scgmem_on_vllm_with_defaults_builds_the_local_memory(vllm, local_run, tmp_path):
+def test_scgmem_on_vllm_with_defaults_builds_the_local_memory(local_run, vllm, tmp_path):  # local first: no server yet
     run_dir = tmp_path / "vllm"
     run(run_dir, served(vllm, method="scgmem"))
     local_memory = (local_run / "memory" / "conv-26.json").read_bytes()
