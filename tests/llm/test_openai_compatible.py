@@ -11,7 +11,8 @@ import time
 import pytest
 
 from scgmem.llm.served.http_client import ServerError
-from scgmem.llm.served.openai_compatible import OpenAICompatibleLLM, strip_echo
+from scgmem.llm.served.free_text import strip_echo
+from scgmem.llm.served.openai_compatible import OpenAICompatibleLLM
 from tests.llm.servers import ScriptedServer, completion, free_port
 
 

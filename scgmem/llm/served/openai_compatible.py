@@ -45,6 +45,7 @@ from scgmem.config_resolvers import DEFAULT_CAP_PROFILE, check_cap_profile
 from scgmem.llm.protocol import Generation
 from scgmem.llm.chat_template import ChatPolicy, eos_token_ids, render_messages
 from scgmem.llm.constraint_spec import KeyConstraint
+from scgmem.llm.served.free_text import FreeTextCalls
 from scgmem.llm.served.http_client import (JsonClient, ServerError, check_key_transport, parse_base_urls, printable,
                                            served_models, tokenize_reply)
 from scgmem.llm.served import engines
@@ -59,7 +60,7 @@ log = logging.getLogger(__name__)
 __all__ = ["OpenAICompatibleLLM", "ServerError"]
 
 
-class OpenAICompatibleLLM:
+class OpenAICompatibleLLM(FreeTextCalls):
     """Args:
         base_url: the server's OpenAI root, e.g. http://127.0.0.1:8000/v1.
         model_id: the served model's name (the request's `model` field).
@@ -369,86 +370,3 @@ class OpenAICompatibleLLM:
                        generated_tokens=sum(len(g.token_ids) for row in gens for g in row),
                        cut=sum(g.cut for row in gens for g in row))
         return gens
-
-    @property
-    def _endpoint(self) -> str:
-        return "completions" if self.api == "completions" else "chat/completions"
-
-    def _body(self, prompt: str, max_new_tokens: int, temperature: float, seed: int, stop) -> tuple[dict, str]:
-        if self.api == "completions":  # the locally rendered text, primed prefix included: continued as locally
-            # An engine is sent the local tokenizer's ids: exactly what the local backend feeds (a server
-            # tokenising the text would add a second BOS to Llama 3's rendered prompt); any other server the text.
-            if self.engine is not None:
-                ids = self.encode(prompt)
-                limit = self.context_window - int(max_new_tokens)
-                prompt = ids[max(0, len(ids) - limit):]  # the end of an over-long prompt, as locally
-            body = {"model": self.model_id, "prompt": prompt, "max_tokens": int(max_new_tokens),
-                    "temperature": float(temperature), "top_p": self.top_p, "n": 1, "seed": int(seed)}
-            if stop:
-                body["stop"] = list(stop)
-            if self.logprobs:
-                body["logprobs"] = 1
-            return body, ""
-        messages, prefix = self._rendered.get(prompt) or (self.chat.with_system([{"role": "user", "content": prompt}]), "")
-        body = {"model": self.model_id, "messages": list(messages), "max_tokens": int(max_new_tokens),
-                "temperature": float(temperature), "top_p": self.top_p, "n": 1, "seed": int(seed)}
-        if stop:
-            body["stop"] = list(stop)
-        if self.logprobs:
-            body["logprobs"] = True
-        if prefix and self.prefill:
-            body["messages"] = [*messages, {"role": "assistant", "content": prefix}]
-            body.update(continue_final_message=True, add_generation_prompt=False)
-        return body, prefix
-
-    def _count(self, usage: dict, key: str) -> int:
-        """A token count of the reply's usage: an int in [0, 10 * context_window], else a one-line error."""
-        value = usage.get(key)
-        if value is None:
-            return 0
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10 * self.context_window:
-            raise ServerError(f"{self.base_url}/{self._endpoint}: usage.{key}: {printable(repr(value), 40)} is not a "
-                              f"token count in [0, {10 * self.context_window}]")
-        return value
-
-    def _generation(self, reply: dict, prefix: str, stop) -> Generation:
-        try:
-            choice = reply["choices"][0]
-            text = (choice["text"] if self.api == "completions" else choice["message"]["content"]) or ""
-        except (KeyError, IndexError, TypeError):
-            raise ServerError(f"{self.base_url}/{self._endpoint}: reply has no choices[0] text: "
-                              f"{printable(json.dumps(reply))}") from None
-        if not isinstance(text, str):
-            raise ServerError(f"{self.base_url}/{self._endpoint}: choices[0] text: expected a string, "
-                              f"got {type(text).__name__}")
-        if reply.get("model"):
-            self.served_models.add(printable(str(reply["model"]), 200))
-        if prefix and not self.prefill:
-            text = strip_echo(text, prefix)
-        for s in stop:  # servers apply stop; cut again in case one returns it
-            if s and s in text:
-                text = text[: text.index(s)]
-        usage = reply.get("usage") or {}
-        if not isinstance(usage, dict):
-            raise ServerError(f"{self.base_url}/{self._endpoint}: usage: expected an object, got {type(usage).__name__}")
-        n_prompt, n_out = (self._count(usage, k) for k in ("prompt_tokens", "completion_tokens"))
-        cut = choice.get("finish_reason") == "length"
-        logprob = 0.0
-        lp = choice.get("logprobs") or {}
-        content = lp.get("content") or [{"logprob": x} for x in (lp.get("token_logprobs") or [])]
-        if content:
-            logprob = float(sum(t.get("logprob") or 0.0 for t in content))
-        self._meter().add(prompt_tokens=n_prompt, generated_tokens=n_out, cut=int(cut))
-        # The server returns text, not ids: token_ids holds one placeholder per generated token it
-        # counted, so length checks (ReadAgent's gist cap) read the server's count.
-        return Generation(text=text.strip(), token_ids=[0] * n_out, logprob=logprob, n_prompt_tokens=n_prompt, cut=cut)
-
-
-def strip_echo(text: str, prefix: str) -> str:
-    """`text` without a leading copy of `prefix` (whitespace may differ anywhere in it), so
-    that `prefix + result` reads as the reply the model wrote; unchanged when it does not start so."""
-    chars = [re.escape(c) for c in prefix if not c.isspace()]
-    if not chars:
-        return text
-    match = re.match(r"\s*" + r"\s*".join(chars), text)
-    return text[match.end():] if match else text
