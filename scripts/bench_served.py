@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from scripts.bench_inputs import ROOT, Scale, concept_pool, conversation, load_llm
+
 SIZES = (10, 100, 1000, 5000)
 TOKENIZER = Path.home() / ".cache" / "scgmem" / "models" / "SmolLM2-135M-Instruct.Q4_1"
 

@@ -38,7 +38,6 @@ ELSEWHERE = {
     "test": "this suite", "test-slow": "this suite",
     "clean": "deletes run outputs and caches",
     "bench-engine": "needs a served run's requests.jsonl and its server: tests/llm/test_in_flight_replay.py",
-    "bench-engine": "needs a served run's requests.jsonl and its server: tests/llm/test_in_flight_replay.py",
     "device-wheels": "downloads wheels",
     "locomo-audit": "needs a clone of github.com/dial481/locomo-audit; tests/data/test_locomo_audit.py",
     "bench-gpu-shared": "CUDA only; its CPU dry run is phase 2 of device-check's dry run (SLOW here)",
