@@ -1,7 +1,7 @@
 """Engine utilization: a run's own requests, replayed with no dependencies, against its tokens/s.
 
     python -m scripts.bench_replay <run_dir> [<run_dir> ...] [--url http://127.0.0.1:8000] \
-        [--concurrency 64] [--out results/bench/<timestamp>-engine.json]
+        [--concurrency 64] [--local <local run_dir> ...] [--out results/bench/<timestamp>-engine.json]
 
 Each run directory must hold requests.jsonl, written by a served run with `model.record_requests=true`
 (scgmem/llm/served/recorder.py). For each:
@@ -13,13 +13,19 @@ Each run directory must hold requests.jsonl, written by a served run with `model
 - engine utilization = run tokens/s / replay tokens/s;
 - the cap the run's own order sets: mean requests in flight during the run, and the share of its span
   with at least one request in flight;
+- with `--local`, the same method's run on the local backend: served / local seconds of ingest + answer
+  (summary.json `timing`; model loading excluded);
 - vLLM's /metrics counters (prompt_tokens_total, generation_tokens_total, prefix_cache_queries_total,
   prefix_cache_hits_total) read before and after the replay, when the server has them.
 
 The replay must not be served from the run's own prefix cache: every replayed body carries a fresh
 `cache_salt` (vLLM's field; a salted request shares cached blocks only with requests of the same salt),
 so the replay's requests share their prompt heads with each other, as the run's did, but with nothing
-the run left in the cache. `--no-salt` sends the bodies unchanged (an engine that refuses the field).
+the run left in the cache. The run itself may have been served partly from blocks that earlier runs of
+the same prompts left there (vLLM cannot be told to drop its cache without its dev mode), so a second,
+unsalted replay follows: `engine_utilization` is run / salted replay, `engine_utilization_warm` run /
+unsalted replay (the prompts as cached as they can be: a lower bound). `--no-salt` sends only the
+unsalted replay (an engine that refuses the field).
 
 Token counts are those the replies state (the recorder's fields; a reply without usage counts the ids
 sent). The JSON records the load average at start and end and the CPU's flags: on a shared machine the
@@ -31,6 +37,7 @@ import argparse
 import json
 import os
 import re
+import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -106,6 +113,12 @@ def replay(records: list[dict], url: str | None, concurrency: int, salt: str | N
     return out
 
 
+def run_seconds(run_dir: Path) -> float:
+    """Ingest + answer seconds of a run (summary.json `timing`)."""
+    timing = json.loads((run_dir / "summary.json").read_text())["timing"]
+    return float(timing["ingest_s"]) + float(timing["answer_s"])
+
+
 def bench(run_dir: Path, url: str | None, concurrency: int, salt: bool = True) -> dict:
     path = run_dir / "requests.jsonl"
     if not path.is_file():
@@ -116,8 +129,12 @@ def bench(run_dir: Path, url: str | None, concurrency: int, salt: bool = True) -
     run = run_profile(records)
     again = replay(records, url, concurrency, f"replay-{time.time_ns()}" if salt else None)
     summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else {}
-    return {"run_dir": str(run_dir), "method": summary.get("method"), "run": run, "replay": again,
-            "engine_utilization": round(run["tokens_per_s"] / max(again["tokens_per_s"], 1e-9), 4)}
+    out = {"run_dir": str(run_dir), "method": summary.get("method"), "run": run, "replay": again,
+           "engine_utilization": round(run["tokens_per_s"] / max(again["tokens_per_s"], 1e-9), 4)}
+    if salt:
+        warm = out["replay_warm"] = replay(records, url, concurrency, None)
+        out["engine_utilization_warm"] = round(run["tokens_per_s"] / max(warm["tokens_per_s"], 1e-9), 4)
+    return out
 
 
 def main() -> None:
@@ -126,6 +143,7 @@ def main() -> None:
     ap.add_argument("--url", default=None, help="server root to replay against (default: the recorded one)")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--local", nargs="*", type=Path, default=[], help="local-backend run dirs of the same slice")
     ap.add_argument("--no-salt", action="store_true", help="send the bodies without a fresh cache_salt")
     args = ap.parse_args()
     if args.concurrency < 1:
@@ -133,16 +151,25 @@ def main() -> None:
     load_start = list(os.getloadavg())
     results = [bench(d, args.url and args.url.rstrip("/").removesuffix("/v1"), args.concurrency, not args.no_salt)
                for d in args.run_dirs]
+    local = {json.loads((d / "summary.json").read_text())["method"]: d for d in args.local}
+    for r in results:
+        if r["method"] in local:
+            served_s, local_s = run_seconds(Path(r["run_dir"])), run_seconds(local[r["method"]])
+            r["vs_local"] = {"local_run_dir": str(local[r["method"]]), "served_s": round(served_s, 2),
+                             "local_s": round(local_s, 2), "served_over_local": round(served_s / max(local_s, 1e-9), 3)}
     flags = next((line.partition(":")[2].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("flags")), []) if Path("/proc/cpuinfo").is_file() else []
-    out = {"command": "python -m scripts.bench_replay " + " ".join(map(str, args.run_dirs)),
+    out = {"command": "python -m scripts.bench_replay " + " ".join(sys.argv[1:]),
            "machine": {"cpu_count": os.cpu_count(), "cpu_flags": flags, "load_avg_start": load_start,
                        "load_avg_end": list(os.getloadavg())},
            "runs": results}
     for r in results:
+        warm = (f"(warm replay {r['replay_warm']['tokens_per_s']} tok/s: {r['engine_utilization_warm']:.3f}) "
+                if "replay_warm" in r else "")
+        local = f"; served/local {r['vs_local']['served_over_local']}" if "vs_local" in r else ""
         print(f"{r['method'] or r['run_dir']}: run {r['run']['tokens_per_s']} tok/s, replay "
-              f"{r['replay']['tokens_per_s']} tok/s, engine utilization {r['engine_utilization']:.3f} "
-              f"(mean in flight {r['run']['mean_in_flight']}, busy {r['run']['busy_share']:.2f})")
+              f"{r['replay']['tokens_per_s']} tok/s, engine utilization {r['engine_utilization']:.3f} {warm}"
+              f"(mean in flight {r['run']['mean_in_flight']}, busy {r['run']['busy_share']:.2f}){local}")
     path = args.out or ROOT / "results" / "bench" / f"{time.strftime('%Y%m%d-%H%M%S')}-engine.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2) + "\n")
