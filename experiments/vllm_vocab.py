@@ -20,26 +20,30 @@ import tempfile
 import time
 from pathlib import Path
 
-N_CONCEPTS = 240
+N_CONCEPTS = 320
 WORDS = ("painting camping pottery adoption support group school career counseling mentorship music violin "
          "guitar piano hiking beach mountains sunset family kids dog cat horse charity race running yoga "
          "transgender pride parade conference book reading library poetry novel classic movie cinema theatre "
          "dance festival city travel trip vacation summer winter autumn spring garden flowers roses baking "
          "cooking dinner lunch breakfast coffee tea friendship wedding birthday party gift card letter job "
          "interview office team project deadline promotion salary volunteer shelter hospital doctor nurse "
-         "therapy health fitness gym swimming cycling football basketball tennis chess painting_class").split()
+         "therapy health fitness gym swimming cycling football basketball tennis chess painting_class "
+         "apple banana cherry grape lemon mango orange peach pear plum bread butter cheese honey pasta pizza "
+         "rice salad soup sugar window door table chair sofa lamp mirror carpet kitchen bedroom bathroom "
+         "garage river lake ocean forest desert island valley bridge tower castle museum gallery market "
+         "airport station harbor village farm tractor camera phone laptop tablet radio television "
+         "newspaper magazine diary journal notebook pencil eraser ruler scissors glue ribbon button "
+         "jacket shirt skirt dress shoes boots gloves scarf hat umbrella wallet watch necklace bracelet").split()
 
 
 def concepts(n: int = N_CONCEPTS) -> list[str]:
     """`n` distinct concepts: the words, then two-word phrases of them (deterministic)."""
     out = list(dict.fromkeys(w.replace("_", " ") for w in WORDS))
-    i = 0
+    pairs = ((a, b) for a in WORDS for b in WORDS if a != b)  # finite: n <= words + words * (words - 1)
     while len(out) < n:
-        a, b = WORDS[i % len(WORDS)], WORDS[(7 * i + 3) % len(WORDS)]
-        phrase = f"{a} {b}".replace("_", " ")
-        if a != b and phrase not in out:
+        phrase = " ".join(next(pairs)).replace("_", " ")
+        if phrase not in out:
             out.append(phrase)
-        i += 1
     return out[:n]
 
 
@@ -53,8 +57,9 @@ def _post(url: str, body: dict) -> tuple[dict, float]:
     return out, time.perf_counter() - start
 
 
-def probe_vocabulary(url: str, folder: str, *, repeats: int = 5) -> dict:
-    """Keys, prompt ids and timings of SCG-Mem's constrained calls against the server at `url`."""
+def probe_vocabulary(url: str, folder: str, *, model_id: str | None = None, repeats: int = 5) -> dict:
+    """Keys, prompt ids and timings of SCG-Mem's constrained calls against the server at `url`
+    (serving `folder` under the name `model_id`, default the folder's path)."""
     from scgmem.core.decoding import key_end_id
     from scgmem.core.schema import CognitiveSchema
     from scgmem.llm.constraint_spec import KeyConstraint
@@ -62,7 +67,8 @@ def probe_vocabulary(url: str, folder: str, *, repeats: int = 5) -> dict:
     from scgmem.llm.served.lark_trie import key_grammar
     from scgmem.llm.served.openai_compatible import OpenAICompatibleLLM
 
-    llm = OpenAICompatibleLLM(url, folder, tokenizer=folder, engine="vllm", max_concurrency=8)
+    model_id = model_id or folder
+    llm = OpenAICompatibleLLM(url, model_id, tokenizer=folder, engine="vllm", max_in_flight=8)
     schema = CognitiveSchema(llm.encode, llm.vocab_size, forbidden_ids=llm.eos_ids)
     for concept in concepts():
         schema.add(concept)
@@ -88,7 +94,7 @@ def probe_vocabulary(url: str, folder: str, *, repeats: int = 5) -> dict:
 
     # the ids the harness sends are the local tokenizer's; vLLM echoes what it received
     ids = llm.encode(prompt)
-    base = {"model": folder, "max_tokens": 1, "temperature": 0.0, "return_token_ids": True}
+    base = {"model": model_id, "max_tokens": 1, "temperature": 0.0, "return_token_ids": True}
     echoed, _ = _post(url.rstrip("/") + "/completions", {**base, "prompt": ids})
     as_text, _ = _post(url.rstrip("/") + "/completions", {**base, "prompt": prompt, "add_special_tokens": False})
 
@@ -102,7 +108,7 @@ def probe_vocabulary(url: str, folder: str, *, repeats: int = 5) -> dict:
     validate_s = time.perf_counter() - t0
     plain, constrained = [], []
     for i in range(repeats):
-        body = {"model": folder, "prompt": ids, "max_tokens": 4, "temperature": 0.0, "seed": i,
+        body = {"model": model_id, "prompt": ids, "max_tokens": 4, "temperature": 0.0, "seed": i,
                 "skip_special_tokens": False}
         plain.append(_post(url.rstrip("/") + "/completions", {**body, "ignore_eos": True})[1])
         constrained.append(_post(url.rstrip("/") + "/completions",
