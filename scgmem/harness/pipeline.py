@@ -350,9 +350,18 @@ class Pipeline:
             return
         t0 = self.clock()
         recalled = [(chunk, self.recall_chunk(method, chunk)) for chunk in chunks]
-        answered = self.llm.map(lambda cr: self.answer_recalled(*cr), recalled)
+        answered = self.llm.map(lambda cr: _outcome(self.answer_recalled, *cr), recalled)
         self.state.answer_s += self.clock() - t0
-        yield from zip(chunks, answered)
+        # Nothing computed is lost: the chunks answered before a failure (a server gone mid-run) are
+        # written before the first failure is raised, so the rerun recomputes only the rest.
+        failure = None
+        for chunk, (new, error) in zip(chunks, answered):
+            if error is None:
+                yield chunk, new
+            elif failure is None:
+                failure = error
+        if failure is not None:
+            raise failure
 
     def answer_chunk(self, method, chunk) -> list[dict]:
         """Recall, prompt, generate and score one fixed chunk of questions (same result on every rerun)."""
@@ -421,3 +430,10 @@ class Pipeline:
             records.append(record)
         return records
 
+
+def _outcome(fn, *args):
+    """(fn(*args), None), or (None, the exception): one failed sub-job keeps the others' results."""
+    try:
+        return fn(*args), None
+    except Exception as e:  # noqa: BLE001 (re-raised by the caller after the others are written)
+        return None, e

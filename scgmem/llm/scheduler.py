@@ -266,6 +266,11 @@ class BatchingFront:
         for w in waiting:  # job order, so the groups and their rows come in a fixed order
             groups.setdefault(w.request.group_key(w), []).append(w)
         members = list(groups.values())
+        if getattr(self.llm, "served", False):
+            # A served call is one request per prompt whatever it is merged with, so merging buys nothing,
+            # and a merged call that fails loses the replies its other members already got (a server
+            # gone mid-run): each job's call goes alone, all of them at once.
+            members = [[w] for m in members for w in m]
         if len(members) > 1 and hasattr(self.llm, "counting_into"):
             start = time.perf_counter()
             # every group at once (the served model's limiter bounds the requests); handed out in group order
