@@ -58,11 +58,18 @@ class ServedScripted(ScriptedLLM):
                 outer._local.meter = None
         return Scope()
 
+    rendezvous: threading.Barrier | None = None  # set: every call waits until that many are in flight
+
     def generate(self, prompts, **kw):
         with self.lock:
             self.live += 1
             self.peak = max(self.peak, self.live)
             delay = self.rand.random() * 0.003
+        if self.rendezvous is not None:
+            try:  # calls that are truly in flight together meet here; sequential ones time out
+                self.rendezvous.wait(timeout=10)
+            except threading.BrokenBarrierError:
+                pass
         time.sleep(delay)
         try:
             return super().generate(prompts, **kw)
@@ -91,6 +98,8 @@ def test_constrained_calls_of_different_jobs_are_in_flight_together():
     for name, llm in (("plain", ScriptedLLM(lambda p: "re " + p.split()[-1])),
                       ("served", ServedScripted(lambda p: "re " + p.split()[-1]))):
         front = BatchingFront(llm)
+        if name == "served":  # the peak below does not hang on timing: three calls in flight meet
+            llm.rendezvous = threading.Barrier(3)
         results[name] = (front.run(constrained_jobs(front), width=3), llm.usage.snapshot(), front.calls, front.rows)
         if name == "served":
             assert llm.peak == 3  # the three jobs' constrained calls at once
