@@ -113,7 +113,8 @@ def probe_vocabulary(url: str, folder: str, *, model_id: str | None = None, repe
         plain.append(_post(url.rstrip("/") + "/completions", {**body, "ignore_eos": True})[1])
         constrained.append(_post(url.rstrip("/") + "/completions",
                                  {**body, "structured_outputs": {"grammar": grammar}})[1])
-    return {"vocab_size": llm.vocab_size, "tokenizer_size": len(llm.tokenizer), "concepts": len(schema),
+    model_vocab = json.loads((Path(folder) / "config.json").read_text())["vocab_size"]  # the score columns
+    return {"vocab_size": model_vocab, "tokenizer_size": len(llm.tokenizer), "concepts": len(schema),
             "root_width": root_width, "greedy_keys": [llm.decode(k) for k in keys_of(greedy[0].token_ids)],
             "beam_keys": [llm.decode(b.token_ids) for b in beams], "outside_schema": outside,
             "prompt_ids_equal": echoed["choices"][0].get("prompt_token_ids") == ids,
@@ -130,6 +131,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", action="append", choices=("qwen2.5", "llama3.2"))
     parser.add_argument("--out", default="results/served/vllm_vocab.json")
+    parser.add_argument("--logs", default="/tmp/vllm_vocab_logs", help="where the servers' logs go")
     args = parser.parse_args()
     from scgmem.llm.doubles.tiny_real_models import build_tiny_real_model
     from scgmem.llm.served.launch import stop_process
@@ -139,13 +141,17 @@ def main() -> None:
     results = {"machine": platform.processor() or platform.machine(), "families": {}}
     for family in args.family or ["qwen2.5", "llama3.2"]:
         with tempfile.TemporaryDirectory() as tmp:
-            folder = build_tiny_real_model(family, Path(tmp) / "model")
+            folder = build_tiny_real_model(family, Path(tmp) / "model", hidden=256)  # head_dim 64: vLLM's CPU attention has no 16
             port = free_port()
             t0 = time.perf_counter()
-            proc = start(port, model=str(folder), served_name=None, max_model_len=4096, log=Path(tmp) / "server.log")
+            log = Path(args.logs) / f"vllm-{family}.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            proc = start(port, model=str(folder), served_name=None, max_model_len=4096, log=log)
             started = time.perf_counter() - t0
             try:
                 facts = probe_vocabulary(f"http://127.0.0.1:{port}/v1", str(folder))
+            except Exception as e:  # recorded, not hidden: the server's log says why
+                facts = {"error": str(e).splitlines()[0][:300], "server_log": str(log)}
             finally:
                 stop_process(proc)
         results["families"][family] = {**facts, "server_start_s": round(started, 1)}

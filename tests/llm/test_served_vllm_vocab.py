@@ -29,7 +29,7 @@ def served_tiny(request, tmp_path_factory):
     from scgmem.llm.served.vllm_server import start
 
     family = request.param
-    folder = build_tiny_real_model(family, tmp_path_factory.mktemp(family) / "model")
+    folder = build_tiny_real_model(family, tmp_path_factory.mktemp(family) / "model", hidden=256)  # head_dim 64 for vLLM CPU
     port = free_port()
     log = folder.parent / "server.log"
     proc = start(port, model=str(folder), served_name=None, max_model_len=4096, wait_s=900, log=log)
