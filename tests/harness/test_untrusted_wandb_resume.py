@@ -46,7 +46,9 @@ def test_a_wandb_run_killed_part_way_resumes_with_the_same_command(tmp_path):
     proc = subprocess.run([sys.executable, "-c", RUNNER, *args], cwd=ROOT, env=_env(), capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert len(lines(pred)) > done and (run_dir / "summary.json").is_file()
+    # the kill can land after the last record on a quiet machine: the resume then writes none, but it
+    # must still accept wandb's own links and finish (the defect was a refusal here)
+    assert len(lines(pred)) >= done and (run_dir / "summary.json").is_file()
 
 
 def test_another_link_leading_outside_is_still_refused(tmp_path):
