@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import csv
 import logging
+import math
+import sys
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -48,7 +50,9 @@ def sweep_data(runs: list[Run], setting: str, *, n_resamples: int = N_RESAMPLES,
 
     Returns {model: {category | "average": {"x": [...], "f1": [...], "f1_ci": [(lo, hi) | None],
     "bleu1": [...], "bleu1_ci": [...], "n": [...]}}}, x ascending. Runs of other methods, or
-    without the setting, are left out (logged).
+    without the setting, are left out (logged). A category a run has no question of (a slice
+    without it) is None at that point: a gap in the figure, empty CSV cells (`_drop_empty` leaves
+    out one that no run has a question of).
     """
     kept = []
     for run in runs:
@@ -77,7 +81,21 @@ def sweep_data(runs: list[Run], setting: str, *, n_resamples: int = N_RESAMPLES,
                     series[metric].append(run.summary["categories"][cat][metric])
                     ci = (cis.get(cat) or {}).get(metric)
                 series[f"{metric}_ci"].append(tuple(ci) if ci else None)
-    return out
+    return _drop_empty(out, setting)
+
+
+def _drop_empty(data: dict, setting: str) -> dict:
+    """`data` without the categories no run of the sweep scored (every value None): a panel of
+    nothing would read as a measured zero. Each one left out is a printed note on stderr (stdout
+    carries the written paths)."""
+    categories = dict.fromkeys(cat for per_cat in data.values() for cat in per_cat if cat != AVERAGE)
+    for cat in categories:
+        if all(v is None for per_cat in data.values() for m in METRICS for v in per_cat.get(cat, {}).get(m, [])):
+            print(f"note: {setting} sweep: no run has a scored question of category {cat}; "
+                  "left out of the figure and its CSV", file=sys.stderr)
+            for per_cat in data.values():
+                per_cat.pop(cat, None)
+    return data
 
 
 def cost_data(runs: list[Run], *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[dict]:
@@ -123,6 +141,12 @@ def _write_csv(path: Path, rows: list[dict]) -> Path:
         writer.writeheader()
         writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)  # labels are text
     return path
+
+
+def _nan(values: list[float | None]) -> list[float]:
+    """Values to plot: a missing one (a category the run has no question of) as NaN, which
+    matplotlib leaves out (a gap in a line, no bar) instead of failing on None."""
+    return [math.nan if v is None else v for v in values]
 
 
 def _errors(values: list[float | None], cis: list) -> list[list[float]]:
@@ -187,7 +211,7 @@ def figure3(runs: list[Run], out_dir: str | Path, *, n_resamples: int = N_RESAMP
                 continue
             for j, (metric, style) in enumerate(zip(METRICS, ("-o", "--s"))):
                 color = _color(i, j, len(data))
-                ax.plot(s["x"], s[metric], style, color=color, markersize=4, label=_label(metric, model, len(data)))
+                ax.plot(s["x"], _nan(s[metric]), style, color=color, markersize=4, label=_label(metric, model, len(data)))
                 band = [(x, ci) for x, ci in zip(s["x"], s[f"{metric}_ci"]) if ci is not None]
                 if band:
                     ax.fill_between([x for x, _ in band], [ci[0] for _, ci in band], [ci[1] for _, ci in band],
@@ -219,7 +243,7 @@ def figure4(runs: list[Run], out_dir: str | Path, *, n_resamples: int = N_RESAMP
             hops_seen.update(s["x"])
             xs = [x - 0.4 + width * (j + 0.5) for x in s["x"]]
             color = _color(j // len(METRICS), j % len(METRICS), len(data))
-            ax.bar(xs, s[metric], width=width, yerr=_errors(s[metric], s[f"{metric}_ci"]), capsize=2, color=color,
+            ax.bar(xs, _nan(s[metric]), width=width, yerr=_errors(s[metric], s[f"{metric}_ci"]), capsize=2, color=color,
                    ecolor="0.2", error_kw={"linewidth": 0.8}, hatch="" if metric == "f1" else "//",
                    label=_label(metric, model, len(data)))
         ticks = sorted(hops_seen)

@@ -168,3 +168,29 @@ def test_point_labels_do_not_overlap_and_log_axes_label_no_minor_ticks():
             assert not a.overlaps(b), (a, b)
     minor = [t.get_text() for t in ax.xaxis.get_minorticklabels()]
     assert not any(minor), minor
+
+
+def test_a_category_missing_from_some_runs_is_a_gap_and_one_missing_from_all_is_left_out(tmp_path, capsys):
+    """Runs on a slice without a category (data.questions_per_category on fewer conversations):
+    temporal is missing from the hops=1 run only, adversarial from every run. The missing point is
+    None (no bar, empty CSV cells), not a TypeError from matplotlib; adversarial gets no panel, no
+    CSV row, and a note."""
+    for v in (0, 1, 2):
+        cats = [1, 1, 4, 4] if v == 1 else [1, 1, 2, 2, 4, 4]
+        write_run(tmp_path / "h" / f"hops={v}", model="m", method="scgmem", overrides=["+experiment=fig4"],
+                  records=[rec("conv-1", i, c, (i % 2) * 0.5) for i, c in enumerate(cats)],
+                  method_cfg={"k": 35, "hops": v})
+        write_run(tmp_path / "k" / f"k={v + 5}", model="m", method="scgmem", overrides=["+experiment=fig3"],
+                  records=[rec("conv-1", i, c, (i % 2) * 0.5) for i, c in enumerate(cats)],
+                  method_cfg={"k": v + 5, "hops": 1})
+    data = sweep_data(collect(tmp_path / "h"), "hops", n_resamples=20)
+    assert list(data["m"]) == ["multi_hop", "temporal", "single_hop", "average"]
+    assert data["m"]["temporal"]["f1"] == [25.0, None, 25.0] and data["m"]["temporal"]["n"] == [2, 0, 2]
+    for figure, sub, setting in ((figure4, "h", "hops"), (figure3, "k", "k")):
+        paths = figure(collect(tmp_path / sub), tmp_path / "out", n_resamples=20)
+        assert _is_png(paths[0]) and _is_pdf(paths[1])
+        rows = list(csv.DictReader(open(paths[2])))
+        assert {r["category"] for r in rows} == {"multi_hop", "temporal", "single_hop", "average"}
+        gap = next(r for r in rows if r["category"] == "temporal" and r[setting] == ("1" if sub == "h" else "6"))
+        assert gap["n"] == "0" and gap["f1"] == gap["f1_ci_low"] == gap["bleu1"] == ""
+        assert "category adversarial; left out" in capsys.readouterr().err
