@@ -13,6 +13,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import Callable
 
 
 class EngineStartError(RuntimeError):
@@ -107,3 +108,30 @@ def stop_pid_file(pid_file: Path, grace_s: float = 20.0) -> bool:
         _signal_group(pid, signal.SIGKILL)
     pid_file.unlink(missing_ok=True)
     return True
+
+
+def bring_up(what: str, port: int, state: Path, start: Callable[[Path], subprocess.Popen], *, stop: str,
+             run_line: Callable[[], str], starting: str | None = None) -> int:
+    """`make vllm` / `make llamacpp`: start an engine in the background on 127.0.0.1:`port` unless
+    the one its pid file names is alive and answers /health; print where it is and the scgmem-run
+    line for it (`run_line`, called once the server is up). Returns the server's pid.
+
+    `start(log)` starts the engine, logging to `log`, and returns once it is healthy (raising
+    `EngineStartError` otherwise); its pid goes to `state`/server-`port`.pid. `stop`: the command
+    that stops it. `starting`: a line printed before a start that takes long enough to want one
+    (e.g. "about 1-3 minutes on a CPU"), naming the log; without it the log is named once the
+    engine is up, so each start names its log exactly once.
+    """
+    pid_file, log = state / f"server-{port}.pid", state / f"server-{port}.log"
+    pid = read_pid(pid_file)
+    if pid is not None and healthy(f"http://127.0.0.1:{port}/health"):
+        print(f"{what} already up on 127.0.0.1:{port} (pid file {pid_file})")
+    else:
+        state.mkdir(parents=True, exist_ok=True)
+        if starting:
+            print(f"starting {what} on 127.0.0.1:{port} (log {log}; {starting})", flush=True)
+        pid = start(log).pid
+        write_pid(pid_file, pid)
+        print(f"{what} up: http://127.0.0.1:{port}/v1 (pid {pid}{'' if starting else f', log {log}'}; stop: {stop})")
+    print("run against it:\n  " + run_line())
+    return pid

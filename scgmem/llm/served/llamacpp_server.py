@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from scgmem.llm.served.launch import wait_healthy
+from scgmem.llm.served.launch import bring_up, wait_healthy
 
 
 def bundled_gguf() -> Path:
@@ -75,17 +75,9 @@ def run_line(port: int) -> str:
 
 def up(port: int, *, slots: int, threads: int, n_ctx: int) -> None:
     """Start the bundled GGUF's server in the background (pid file), or say that it is up."""
-    from scgmem.llm.served.launch import healthy, read_pid, write_pid
-
-    pid_file, log = STATE / f"server-{port}.pid", STATE / f"server-{port}.log"
-    if read_pid(pid_file) is not None and healthy(f"http://127.0.0.1:{port}/health"):
-        print(f"llama.cpp already up on 127.0.0.1:{port} (pid file {pid_file})")
-    else:
-        STATE.mkdir(parents=True, exist_ok=True)
-        proc = start(port, slots=slots, threads=threads, n_ctx=n_ctx, wait_s=120, log=log)
-        write_pid(pid_file, proc.pid)
-        print(f"llama.cpp up: http://127.0.0.1:{port}/v1 (pid {proc.pid}, log {log}; stop: make llamacpp-stop)")
-    print("run against it:\n  " + run_line(port))
+    bring_up("llama.cpp", port, STATE,
+             lambda log: start(port, slots=slots, threads=threads, n_ctx=n_ctx, wait_s=120, log=log),
+             stop="make llamacpp-stop", run_line=lambda: run_line(port))
 
 
 def main() -> None:

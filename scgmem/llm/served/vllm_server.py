@@ -35,7 +35,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scgmem.llm.served.launch import EngineStartError, healthy, read_pid, stop_pid_file, wait_healthy, write_pid
+from scgmem.llm.served.launch import EngineStartError, bring_up, stop_pid_file, wait_healthy
 
 REPO = Path(__file__).resolve().parents[3]
 STATE = REPO / ".cache" / "vllm"  # pid file and log of `up`
@@ -108,17 +108,12 @@ def run_line(port: int, model_id: str) -> str:
 
 
 def up(args) -> int:
-    pid_file, log = STATE / f"server-{args.port}.pid", STATE / f"server-{args.port}.log"
-    if read_pid(pid_file) is not None and healthy(f"http://127.0.0.1:{args.port}/health"):
-        print(f"vLLM already up on 127.0.0.1:{args.port} (pid file {pid_file})")
-    else:
-        STATE.mkdir(parents=True, exist_ok=True)
-        print(f"starting vLLM on 127.0.0.1:{args.port} (log {log}; about 1-3 minutes on a CPU)", flush=True)
-        proc = start(args.port, model=args.model, served_name=None if args.model else SERVED_NAME, dtype=args.dtype,
-                     max_model_len=args.max_model_len, wait_s=args.wait_s, log=log, extra=shlex.split(args.extra))
-        write_pid(pid_file, proc.pid)
-        print(f"vLLM up: http://127.0.0.1:{args.port}/v1 (pid {proc.pid}; stop: make vllm-stop)")
-    print("run against it:\n  " + run_line(args.port, args.model or SERVED_NAME))
+    bring_up("vLLM", args.port, STATE,
+             lambda log: start(args.port, model=args.model, served_name=None if args.model else SERVED_NAME,
+                               dtype=args.dtype, max_model_len=args.max_model_len, wait_s=args.wait_s, log=log,
+                               extra=shlex.split(args.extra)),
+             stop="make vllm-stop", run_line=lambda: run_line(args.port, args.model or SERVED_NAME),
+             starting="about 1-3 minutes on a CPU")
     return 0
 
 
