@@ -27,7 +27,7 @@ class FakeTransport:
         ids = [a + 1, a, 2] if self.grammar_ok else [7, 7, 7]
         return Continuation(token_ids=ids, raw_logprobs=[-1.0] * 3 if self.raw_in_reply else None)
 
-    def _next_one(self, prompt_ids, allowed, top_n):
+    def next_one(self, prompt_ids, allowed, top_n):
         self.asked.append(list(allowed))
         if self.next_error:
             raise self.next_error
@@ -90,3 +90,34 @@ def test_an_unreachable_server_is_not_reported_as_a_missing_feature():
     transport = FakeTransport(next_error=ServerError("http://x/v1/completions: unreachable after 1 tries"))
     with pytest.raises(ServerError, match="unreachable"):
         probe_server(transport, VLLMDialect("m"), vocab_size=VOCAB)
+
+
+def test_next_one_is_one_request_however_wide_and_next_tokens_asks_chunks_with_it():
+    """`HttpTransport.next_one`, the probe's widest single request: every id in one request, in the
+    order given; `next_tokens` sorts, chunks at `ids_per_request` and asks each chunk with it."""
+    from types import SimpleNamespace
+
+    from scgmem.llm.served.transport import HttpTransport
+
+    class Pool:
+        urls = ["http://127.0.0.1:1/v1"]
+
+        def __init__(self):
+            self.bodies = []
+
+        def post(self, path, body, affinity=0):
+            self.bodies.append(body)
+            return {"ids": body["ids"]}
+
+    dialect = SimpleNamespace(name="fake", max_top_n=None, first_top_n=None, ids_per_request=128,
+                              next_body=lambda prompt, allowed, top_n: ("/v1/completions", {"ids": list(allowed)}),
+                              read_next=lambda reply, allowed: NextTokens(logprobs={t: -1.0 for t in reply["ids"]},
+                                                                          complete=True, floor=-1.0))
+    pool = Pool()
+    transport = HttpTransport(pool, dialect)
+    wide = list(range(300, 0, -1))
+    assert sorted(transport.next_one([1], wide, 5).logprobs) == sorted(wide)
+    assert [b["ids"] for b in pool.bodies] == [wide]
+    pool.bodies.clear()
+    assert sorted(transport.next_tokens([1], wide, 5).logprobs) == sorted(wide)
+    assert sorted(len(b["ids"]) for b in pool.bodies) == [44, 128, 128]

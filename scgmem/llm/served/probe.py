@@ -55,7 +55,7 @@ def probe_server(transport: HttpTransport, dialect: EngineDialect, *, vocab_size
     allowed = list(range(a, min(vocab_size, a + width)))
     next_b = None
     try:
-        got = transport._next_one([a], allowed, dialect.max_top_n or 64)
+        got = transport.next_one([a], allowed, dialect.max_top_n or 64)
         if dialect.ids_per_request and not got.complete:
             problems.append(f"next-token log-probs of {len(allowed)} named ids came back incomplete: {fix('ids')}")
         next_b = got.logprobs.get(b)

@@ -110,16 +110,20 @@ class HttpTransport:
         chunk = getattr(self.dialect, "ids_per_request", None)
         allowed = sorted(set(allowed))
         if not chunk or len(allowed) <= chunk:
-            return self._next_one(prompt_ids, allowed, top_n)
+            return self.next_one(prompt_ids, allowed, top_n)
         parts = [allowed[i:i + chunk] for i in range(0, len(allowed), chunk)]
         with ThreadPoolExecutor(max_workers=len(parts)) as pool:
-            got = list(pool.map(lambda part: self._next_one(prompt_ids, part, top_n), parts))
+            got = list(pool.map(lambda part: self.next_one(prompt_ids, part, top_n), parts))
         merged = NextTokens(complete=all(g.complete for g in got), floor=min(g.floor for g in got))
         for g in got:
             merged.logprobs.update(g.logprobs)
         return merged
 
-    def _next_one(self, prompt_ids, allowed, top_n) -> NextTokens:
+    def next_one(self, prompt_ids, allowed, top_n) -> NextTokens:
+        """The allowed ids' raw log-probs in one request, however many they are (no chunking, ids
+        sent in the order given): `next_tokens` asks each chunk with it, and the engine probe asks
+        the widest request a beam expansion makes with it, to learn whether the server accepts that
+        many (`probe.probe_server`)."""
         return self._ask(self.dialect.next_body(prompt_ids, allowed, top_n),
                          lambda r: self.dialect.read_next(r, allowed))
 
