@@ -26,9 +26,14 @@ Measures, side by side in one run:
   served                   SCG-Mem on a llama.cpp server (xllamacpp) vs the local backend, same slice: ingest and
                            recall wall-time ratios, requests in flight, grammar compile vs 10-5,000 concepts
                            (scripts/bench_served.py; BENCH_SERVED_PORT=<port> pins the server's port)
+  engine                   every Table 1 method on a conv-26 slice through vLLM and llama.cpp: engine
+                           utilization (run tokens/s / a replay of the run's own requests) and local / served
+                           seconds, each method's local run back to back (scripts/bench_engine.py;
+                           BENCH_ENGINES, BENCH_ENGINE_METHODS, BENCH_VLLM_URL)
 Every JSON carries the machine (CPU model and flags, cores, threads) and the load average at the start
 and the end. Goals, each printed beside its ratio: step ratio <= 1.10, token ratio <= 0.5, sweep ratio
-<= 1.3, peak memory <= 4 GB, full run <= 60 min on 2 CPU cores.
+<= 1.3, peak memory <= 4 GB, full run <= 60 min on 2 CPU cores,
+engine utilization >= 0.8, SCG-Mem on vLLM >= 3x the local backend.
 """
 from __future__ import annotations
 
@@ -45,7 +50,7 @@ from scripts.bench_inputs import ROOT, Scale, build_tiny, conversation, load_llm
 from scripts.bench_sweep import bench_full, bench_sweep
 
 PARTS = ("constrained_step", "constraint_host", "prefix_cache", "ingest_tokens", "sweep", "compute_bound", "batching",
-         "served")
+         "served", "engine")
 
 
 def bench_prefix_cache(llm, scale: Scale) -> dict:
@@ -146,6 +151,10 @@ class Bench:
 
             port = os.environ.get("BENCH_SERVED_PORT")
             return bench_served(scale, port=int(port) if port else None)
+        if part == "engine":
+            from scripts.bench_engine import bench_engine
+
+            return bench_engine(self.work / "engine", scale, self.tiny_dir)
         raise ValueError(f"unknown bench part {part!r}; choose from {', '.join(PARTS)}")
 
 
@@ -185,6 +194,10 @@ def report_rows(result: dict) -> list[tuple]:
         from scripts.bench_served import report_rows as served_rows
 
         rows += served_rows(result["served"])
+    if "engine" in result:
+        from scripts.bench_engine import report_rows as engine_rows
+
+        rows += engine_rows(result["engine"])
     if "full_run" in result:
         rows.append(("full LoCoMo run, minutes", result["full_run"]["wall_min"], "<= 60"))
     return rows

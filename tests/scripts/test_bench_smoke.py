@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 # Two groups of about equal CPU time (the sweep's two scgmem-run children weigh most).
-GROUPS = (("sweep", "constrained_step", "constraint_host"),
+GROUPS = (("sweep", "constrained_step", "constraint_host", "engine"),
           ("served", "ingest_tokens", "prefix_cache", "compute_bound", "batching"))
 
 
@@ -158,6 +158,17 @@ def test_served(tiny_bench):
     sl = served["slice"]
     assert sl["turns"] == 2 and sl["questions"] == 1 and sl["server_requests"] > 0
     assert sl["ingest_served_over_local"] > 0 and sl["recall_served_over_local"] > 0
+
+
+def test_engine(tiny_bench):
+    """The engine part's tiny run: dense RAG through llama.cpp with its requests recorded and replayed."""
+    engine = tiny_bench["engine"]
+    assert engine["methods"] == ["rag"] and engine["local"]["rag"]["seconds"] > 0
+    run = engine["engines"]["llamacpp"]["runs"]["rag"]
+    assert run["run"]["requests"] > 0 and run["replay"]["tokens"] > 0
+    assert 0 < run["engine_utilization"] and run["local_over_served"] > 0
+    assert 0 < run["run"]["busy_share"] <= 1
+    assert "llamacpp rag: engine utilization" in tiny_bench["logs"][0]
 
 
 def test_unknown_part_is_one_line_and_exit_2(tmp_path):

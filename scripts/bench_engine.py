@@ -1,0 +1,201 @@
+"""Bench part `engine`: how busy each method keeps a serving engine, per method, on vLLM and llama.cpp
+(issue 46), against the local backend on the same slice.
+
+    BENCH_PARTS=engine make bench                        # vLLM (when .venv-vllm exists) and llama.cpp
+    BENCH_ENGINES=vllm BENCH_ENGINE_METHODS=scgmem,rag BENCH_PARTS=engine make bench
+    BENCH_VLLM_URL=http://gpu-node:8000 BENCH_PARTS=engine make bench   # a server already up (not started here)
+
+For each engine: its server is started on a free port (vLLM: scgmem/llm/served/vllm_server.py's flags, its
+worker on one core; llama.cpp: the bundled GGUF, 4 slots, 1 thread), then every method runs the same conv-26
+slice through it with `model.record_requests=true`, each in its own `scgmem-run` child with its own empty
+memory cache (so ingestion is measured, not loaded). Each run's requests are then replayed with no
+dependencies (scripts/bench_replay.py: the replay bound), which gives
+
+  engine utilization = run tokens/s / replay tokens/s      (goal >= 0.8)
+
+and the cap the method's own order sets: mean requests in flight and the busy share of the run's span.
+The same slice also runs once per method on the local backend (`model=local`, 2 torch threads), so each
+served run has `local_over_served` = local seconds / served seconds of ingest + answer (model loading
+excluded; > 1: the served run was faster). Goals printed beside it: SCG-Mem on vLLM >= 3x local.
+
+The local and served runs of a method go back to back, so both see the same load; the JSON keeps the load
+average at the start and end of each. A tiny run (BENCH_TINY=1) runs llama.cpp only (no vLLM start, which
+takes minutes), dense RAG alone, one question per category, and the local runs on the tiny random Llama: its
+numbers mean nothing, it checks the code path.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from scripts.bench_inputs import ROOT, Scale
+from scripts.bench_sweep import model_overrides
+
+METHODS = ("scgmem", "full_context", "rag", "rag_locomo", "memorybank", "readagent", "amem", "memgpt")
+ENGINES = ("vllm", "llamacpp")
+LLAMACPP_SLOTS = 4
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def slice_overrides(scale: Scale) -> list[str]:
+    """conv-26's first session; the questions whose evidence lies inside it, a few per category."""
+    return ["data.samples=[conv-26]", "data.max_sessions=1",
+            f"data.questions_per_category={scale.pick(2, 1, 1)}", "run.progress=false"]
+
+
+def engine_overrides(engine: str, url: str) -> list[str]:
+    """The served model's overrides for `engine` at `url` (an OpenAI root ending in /v1)."""
+    from scgmem.llm.loading import EMBEDDED, resolve_model_dir
+
+    if engine == "vllm":  # configs/model/vllm.yaml: the embedded model served as smollm2-135m
+        return ["model=vllm", f"model.base_url={url}"]
+    from scgmem.llm.served.llamacpp_server import bundled_gguf
+
+    return ["model=openai_compatible", "model.engine=llamacpp", f"model.base_url={url}",
+            f"model.model_id={bundled_gguf()}", f"model.tokenizer={resolve_model_dir(None, **EMBEDDED)}",
+            "model.name=llamacpp-smollm2-135m", f"model.max_in_flight={LLAMACPP_SLOTS * 2}"]
+
+
+def run_method(run_dir: Path, overrides: list[str], threads: int) -> dict:
+    """One `scgmem-run` child in `run_dir` with an empty memory cache of its own; its summary's timing."""
+    cache = run_dir.parent / f"{run_dir.name}-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    models = Path(os.environ.get("SCGMEM_CACHE", Path.home() / ".cache" / "scgmem")) / "models"
+    cache.mkdir(parents=True)
+    if models.is_dir():
+        os.symlink(models, cache / "models")  # the de-quantised model is shared; the memory is not
+    env = {**os.environ, "SCGMEM_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    load = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "scgmem.run", *overrides, f"run.cache_dir={cache}",
+                           f"hydra.run.dir={run_dir}"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["(no output)"]
+        raise RuntimeError(f"scgmem-run {' '.join(overrides)} exited {proc.returncode}: {tail[0]}")
+    summary_path = run_dir / "summary.json"
+    try:
+        timing = json.loads(summary_path.read_text())["timing"]
+        seconds = float(timing["ingest_s"]) + float(timing["answer_s"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise RuntimeError(f"{summary_path}: field timing.ingest_s/answer_s unreadable ({e})") from e
+    return {"run_dir": str(run_dir), "seconds": round(seconds, 2), "wall_s": round(wall, 2),
+            "load_avg_1min_start": round(load, 2), "load_avg_1min_end": round(os.getloadavg()[0], 2)}
+
+
+class Server:
+    """A server for one engine: started here on a free port, or one the user names (never stopped here)."""
+
+    def __init__(self, engine: str, work: Path) -> None:
+        self.engine, self.proc = engine, None
+        given = os.environ.get(f"BENCH_{engine.upper()}_URL")
+        if given:
+            self.root = given.rstrip("/").removesuffix("/v1")
+            return
+        port = _free_port()
+        self.root = f"http://127.0.0.1:{port}"
+        if engine == "vllm":
+            from scgmem.llm.served.vllm_server import start
+
+            self.proc = start(port, log=work / "vllm.log")
+        else:
+            from scgmem.llm.served.llamacpp_server import start
+
+            self.proc = start(port, slots=LLAMACPP_SLOTS, threads=1, n_ctx=LLAMACPP_SLOTS * 8192, wait_s=120,
+                              log=work / "llamacpp.log")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            from scgmem.llm.served.launch import stop_process
+
+            stop_process(self.proc)
+
+
+def available(engine: str) -> str | None:
+    """Why `engine` cannot run here, or None."""
+    if engine == "vllm" and not os.environ.get("BENCH_VLLM_URL"):
+        from scgmem.llm.served.vllm_server import vllm_python
+
+        if vllm_python() is None:
+            return "vLLM is not set up (make vllm-install)"
+    if engine == "llamacpp" and not os.environ.get("BENCH_LLAMACPP_URL"):
+        try:
+            import xllamacpp  # noqa: F401
+        except ImportError:
+            return "xllamacpp is not installed"
+    return None
+
+
+def _names(env: str, default: tuple[str, ...], known: tuple[str, ...]) -> tuple[str, ...]:
+    names = tuple(n for n in os.environ.get(env, ",".join(default)).split(",") if n)
+    if unknown := sorted(set(names) - set(known)):
+        raise ValueError(f"{env}: unknown {unknown}; choose from {', '.join(known)}")
+    return names
+
+
+def bench_engine(work: Path, scale: Scale, tiny_dir: Path | None = None) -> dict:
+    """Every method through every available engine and locally, on the same slice."""
+    from scripts.bench_replay import bench as replay_bench
+
+    engines = _names("BENCH_ENGINES", ("llamacpp",) if scale.tiny else ENGINES, ENGINES)
+    methods = _names("BENCH_ENGINE_METHODS", ("rag",) if scale.tiny else METHODS, METHODS)
+    concurrency = int(os.environ.get("BENCH_REPLAY_CONCURRENCY", "64"))
+    work.mkdir(parents=True, exist_ok=True)
+    out: dict = {"slice": slice_overrides(scale), "methods": list(methods), "local": {}, "engines": {}}
+    for method in methods:  # the local baseline once per method: 2 torch threads, as a user runs it
+        out["local"][method] = run_method(work / f"local-{method}",
+                                          [*slice_overrides(scale), f"method={method}", *model_overrides(tiny_dir)],
+                                          threads=2)
+    for engine in engines:
+        if why := available(engine):
+            out["engines"][engine] = {"skipped": why}
+            print(f"bench engine: {engine} skipped: {why}", flush=True)
+            continue
+        server = Server(engine, work)
+        runs = {}
+        try:
+            for method in methods:
+                run_dir = work / f"{engine}-{method}"
+                served = run_method(run_dir, [*slice_overrides(scale), f"method={method}",
+                                              *engine_overrides(engine, server.root + "/v1"),
+                                              "model.record_requests=true"], threads=1)
+                replayed = replay_bench(run_dir, server.root, concurrency)
+                local_s = out["local"][method]["seconds"]
+                runs[method] = {**served, **{k: replayed[k] for k in replayed if k not in ("run_dir", "method")},
+                                "local_over_served": round(local_s / max(served["seconds"], 1e-9), 3)}
+                print(f"bench engine: {engine} {method}: utilization {replayed['engine_utilization']:.3f}, "
+                      f"local/served {runs[method]['local_over_served']}", flush=True)
+        finally:
+            server.stop()
+        out["engines"][engine] = {"root": server.root, "started_here": server.proc is not None, "runs": runs}
+    return out
+
+
+def report_rows(result: dict) -> list[tuple]:
+    """The lines `make bench` prints for this part: (measure, value, goal)."""
+    rows = []
+    for engine, entry in result["engines"].items():
+        if "skipped" in entry:
+            rows.append((f"{engine}: skipped ({entry['skipped']})", None, ""))
+            continue
+        for method, run in entry["runs"].items():
+            rows.append((f"{engine} {method}: engine utilization", run["engine_utilization"], ">= 0.8"))
+            rows.append((f"  mean in flight / busy share", run["run"]["mean_in_flight"],
+                         f"busy {run['run']['busy_share']:.2f}"))
+            goal = ">= 3 (issue 46)" if (engine, method) == ("vllm", "scgmem") else ""
+            rows.append((f"  local / {engine} seconds", run["local_over_served"], goal))
+    return rows
