@@ -2,7 +2,7 @@
 
 The chain (experiments/conv26_chain.sh) writes run directories and logs on scratch space; this
 keeps what a reader needs to check a number (predictions, summary, run.json, the Hydra config, the
-exported memory, the time report) and gzips the logs, so the committed tree stays small.
+exported memory, the time report) and gzips the logs and a served run's requests.jsonl, so the committed tree stays small.
 
     python -m experiments.conv26_package RUNS_DIR fig3:k5 fig3:k10 table1:full_context ...
 
@@ -31,6 +31,9 @@ def package(src: Path, dest: Path, log: Path | None, time_report: Path | None) -
     for folder in (".hydra", "memory"):
         if (src / folder).is_dir():
             shutil.copytree(src / folder, dest / folder)
+    if (src / "requests.jsonl").is_file():  # a served run's recorded requests (replayable), 30-40x smaller packed
+        with (src / "requests.jsonl").open("rb") as raw, gzip.open(dest / "requests.jsonl.gz", "wb") as packed:
+            shutil.copyfileobj(raw, packed)
     for path in sorted(src.glob("*.log")) + ([log] if log and log.is_file() else []):
         with path.open("rb") as raw, gzip.open(dest / f"{path.name}.gz", "wb") as packed:
             shutil.copyfileobj(raw, packed)

@@ -10,7 +10,7 @@ Both folders hold one run directory per method, named as the method (scgmem, ame
   (scgmem/report/paired.py, 10,000 resamples, seed 0), with Holm's adjustment over the methods compared;
 - seconds: summary.json `timing` ingest_s + answer_s on each side (model loading excluded), and
   local / vLLM;
-- the run's requests (requests.jsonl, `model.record_requests=true`): count, tokens, mean in flight and
+- the run's requests (requests.jsonl, or requests.jsonl.gz as packaged; `model.record_requests=true`): count, tokens, mean in flight and
   the busy share of its span (scripts/bench_replay.run_profile).
 
 The last line is the whole table: summed local seconds against the vLLM runs' span (the first request's
@@ -21,7 +21,9 @@ questions answered so far and left out of the tests.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import tempfile
 from pathlib import Path
 
 ORDER = ("scgmem", "full_context", "rag", "rag_locomo", "memorybank", "readagent", "amem", "memgpt")
@@ -46,9 +48,15 @@ def requests_profile(run_dir: Path) -> tuple[dict | None, tuple[float, float] | 
     from scripts.bench_replay import run_profile
 
     path = run_dir / "requests.jsonl"
-    if not path.is_file():
+    if not path.is_file() and (run_dir / "requests.jsonl.gz").is_file():  # as experiments.conv26_package keeps it
+        with tempfile.TemporaryDirectory() as tmp, gzip.open(run_dir / "requests.jsonl.gz", "rb") as packed:
+            path = Path(tmp) / "requests.jsonl"
+            path.write_bytes(packed.read())
+            records = read_records(path)
+    elif not path.is_file():
         return None, None
-    records = read_records(path)
+    else:
+        records = read_records(path)
     if not records:
         return None, None
     return run_profile(records), (min(r["start"] for r in records), max(r["end"] for r in records))

@@ -41,3 +41,16 @@ def test_paired_seconds_span_and_a_running_method(tmp_path):
     assert got["vllm_span_s"] == pytest.approx(40.0)  # 1000 -> 1040 over both methods' requests
     text = markdown(got)
     assert "| amem | 1 so far (running)" in text and "5.00" in text  # scgmem local / vLLM seconds
+
+
+def test_packaged_requests_are_read_from_their_gzip(tmp_path):
+    import gzip
+
+    from experiments.conv26_vllm import requests_profile
+
+    _requests(tmp_path, [(10.0, 12.0), (11.0, 14.0)])
+    raw = (tmp_path / "requests.jsonl").read_bytes()
+    (tmp_path / "requests.jsonl").unlink()
+    (tmp_path / "requests.jsonl.gz").write_bytes(gzip.compress(raw))
+    profile, span = requests_profile(tmp_path)
+    assert profile["requests"] == 2 and span == (10.0, 14.0)
