@@ -13,6 +13,9 @@ Both folders hold one run directory per method, named as the method (scgmem, ame
 - the run's requests (requests.jsonl, or requests.jsonl.gz as packaged; `model.record_requests=true`): count, tokens, mean in flight and
   the busy share of its span (scripts/bench_replay.run_profile).
 
+Spans (a method's, the whole table's) leave out pauses: stretches over PAUSE_S with no request in flight,
+where the runs stopped (a crash, a restart) and were resumed; they are reported as paused seconds.
+
 The last line is the whole table: summed local seconds against the vLLM runs' span (the first request's
 start to the last one's end over all methods, which ran side by side on one server) and the issue's goal
 (vLLM <= a quarter of the local sum). A method whose vLLM run has no summary.json yet is listed with the
@@ -26,6 +29,8 @@ import json
 import tempfile
 from pathlib import Path
 
+# a stretch this long with no request in flight is a pause (a crash and resume, a machine restart)
+PAUSE_S = 600.0
 ORDER = ("scgmem", "full_context", "rag", "rag_locomo", "memorybank", "readagent", "amem", "memgpt")
 
 
@@ -43,9 +48,9 @@ def answered(run_dir: Path) -> int:
     return sum(1 for line in path.read_text().splitlines() if line.strip()) if path.is_file() else 0
 
 
-def requests_profile(run_dir: Path) -> tuple[dict | None, tuple[float, float] | None]:
+def requests(run_dir: Path) -> list[dict]:
+    """The run's recorded requests (none when it has no record)."""
     from scgmem.llm.served.recorder import read_records
-    from scripts.bench_replay import run_profile
 
     path = run_dir / "requests.jsonl"
     if not path.is_file() and (run_dir / "requests.jsonl.gz").is_file():  # as experiments.conv26_package keeps it
@@ -54,26 +59,26 @@ def requests_profile(run_dir: Path) -> tuple[dict | None, tuple[float, float] | 
             path.write_bytes(packed.read())
             records = read_records(path)
     elif not path.is_file():
-        return None, None
+        return []
     else:
         records = read_records(path)
-    if not records:
-        return None, None
-    return run_profile(records), (min(r["start"] for r in records), max(r["end"] for r in records))
+    return records
 
 
 def compare(served_root: Path, local_root: Path) -> dict:
     from scgmem.report.collect import load_run
     from scgmem.report.paired import holm, paired_average
 
+    from scripts.bench_replay import run_profile
+
     rows, spans = [], []
     for method in ORDER:
         served, local = served_root / method, local_root / method
         if not served.is_dir():
             continue
-        profile, span = requests_profile(served)
-        if span:
-            spans.append(span)
+        records = requests(served)
+        profile = run_profile(records, pause_s=PAUSE_S) if records else None
+        spans += [{"start": r["start"], "end": r["end"]} for r in records]
         row = {"method": method, "requests": profile, "answered": answered(served)}
         if (served / "summary.json").is_file():
             a, b = load_run(served), load_run(local)
@@ -84,8 +89,9 @@ def compare(served_root: Path, local_root: Path) -> dict:
     for r, p in zip(tested, holm([r["paired"]["p_value"] for r in tested])):
         r["p_holm"] = p
     local_sum = sum(seconds(local_root / m) for m in ORDER if (local_root / m).is_dir())
-    span_s = max(e for _, e in spans) - min(s for s, _ in spans) if spans else None
-    return {"rows": rows, "local_sum_s": local_sum, "vllm_span_s": span_s,
+    whole = run_profile(spans, pause_s=PAUSE_S) if spans else {}
+    return {"rows": rows, "local_sum_s": local_sum, "vllm_span_s": whole.get("span_s"),
+            "vllm_paused_s": whole.get("paused_s"),
             "vllm_sum_s": sum(r["s_vllm"] for r in tested), "finished": len(tested)}
 
 
@@ -107,7 +113,9 @@ def markdown(result: dict) -> str:
     out.append(f"Local runs, summed ingest + answer seconds over {len(ORDER)} methods: {result['local_sum_s']:,.0f} s "
                f"(goal for vLLM: <= {result['local_sum_s'] / 4:,.0f} s). vLLM: {result['finished']} methods finished, "
                f"their summed seconds {result['vllm_sum_s']:,.0f} s; span of all vLLM requests "
-               f"{'%s s' % format(span, ',.0f') if span is not None else 'n/a'} (methods side by side on one server).")
+               f"{'%s s' % format(span, ',.0f') if span is not None else 'n/a'} (methods side by side on one server; "
+               f"{result['vllm_paused_s'] or 0:,.0f} s of pauses longer than {PAUSE_S:.0f} s with no request in "
+               f"flight, restarts, left out).")
     return "\n".join(out)
 
 

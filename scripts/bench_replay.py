@@ -54,22 +54,31 @@ def tokens(rec: dict) -> int:
     return int(rec.get("prompt_tokens") or 0) + int(rec.get("completion_tokens") or 0)
 
 
-def run_profile(records: list[dict]) -> dict:
-    """Tokens/s of the run as recorded, and how many of its requests were in flight."""
+def run_profile(records: list[dict], pause_s: float | None = None) -> dict:
+    """Tokens/s of the run as recorded, and how many of its requests were in flight.
+
+    `pause_s`: a stretch longer than this with no request in flight is a pause of the run (a crash and
+    its resume, a machine restart), not engine time it left idle; such stretches are cut out of the
+    span and reported as `paused_s`. None keeps the whole span (the bench's runs never pause)."""
     start, end = min(r["start"] for r in records), max(r["end"] for r in records)
-    span = max(end - start, 1e-9)
-    busy, last = 0.0, start  # union of the request intervals
+    busy, paused, last = 0.0, 0.0, start  # union of the request intervals; the pauses between them
     for r in sorted(records, key=lambda r: r["start"]):
+        if pause_s is not None and r["start"] - last > pause_s:
+            paused += r["start"] - last
         if r["end"] > last:
             busy += r["end"] - max(r["start"], last)
             last = r["end"]
+    span = max(end - start - paused, 1e-9)
     total = sum(tokens(r) for r in records)
-    return {"requests": len(records), "tokens": total,
-            "prompt_tokens": sum(int(r.get("prompt_tokens") or 0) for r in records),
-            "completion_tokens": sum(int(r.get("completion_tokens") or 0) for r in records),
-            "span_s": round(span, 3), "tokens_per_s": round(total / span, 2),
-            "mean_in_flight": round(sum(r["end"] - r["start"] for r in records) / span, 3),
-            "busy_share": round(busy / span, 4)}
+    out = {"requests": len(records), "tokens": total,
+           "prompt_tokens": sum(int(r.get("prompt_tokens") or 0) for r in records),
+           "completion_tokens": sum(int(r.get("completion_tokens") or 0) for r in records),
+           "span_s": round(span, 3), "tokens_per_s": round(total / span, 2),
+           "mean_in_flight": round(sum(r["end"] - r["start"] for r in records) / span, 3),
+           "busy_share": round(busy / span, 4)}
+    if pause_s is not None:
+        out["paused_s"] = round(paused, 3)
+    return out
 
 
 def read_metrics(root: str) -> dict | None:

@@ -14,7 +14,7 @@ def _requests(run_dir, spans):
                                 "start": start, "end": end, "prompt_tokens": 10, "completion_tokens": 2}) + "\n")
 
 
-def test_paired_seconds_span_and_a_running_method(tmp_path):
+def test_paired_seconds_span_pauses_and_a_running_method(tmp_path):
     local, served = tmp_path / "local", tmp_path / "vllm"
     scores_local = [0.5, 0.0, 1.0, 0.5]
     scores_served = [0.5, 0.5, 1.0, 0.5]
@@ -24,7 +24,7 @@ def test_paired_seconds_span_and_a_running_method(tmp_path):
         write_run(served / method, model="vllm", method=method, timing=t_served,
                   records=[rec("conv-26", i, 1 + (i % 2) * 3, f) for i, f in enumerate(scores_served)])
     _requests(served / "scgmem", [(1000.0, 1010.0), (1005.0, 1020.0)])
-    _requests(served / "rag", [(1030.0, 1040.0)])
+    _requests(served / "rag", [(1030.0, 1040.0), (2000.0, 2010.0)])  # resumed after a 960 s pause
     (served / "amem").mkdir()  # started, nothing answered yet
     (served / "amem" / "predictions.jsonl").write_text(json.dumps(rec("conv-26", 0, 1, 0.5)) + "\n")
     write_run(local / "amem", model="local", method="amem", timing=(1000.0, 0.0), records=[rec("conv-26", 0, 1, 0.5)])
@@ -38,7 +38,9 @@ def test_paired_seconds_span_and_a_running_method(tmp_path):
     assert "paired" not in rows["amem"] and rows["amem"]["answered"] == 1
     assert got["finished"] == 2 and got["vllm_sum_s"] == 120.0
     assert got["local_sum_s"] == 400.0 + 80.0 + 1000.0
-    assert got["vllm_span_s"] == pytest.approx(40.0)  # 1000 -> 1040 over both methods' requests
+    assert rows["rag"]["requests"]["span_s"] == pytest.approx(20.0) and rows["rag"]["requests"]["paused_s"] == 960
+    # 1000 -> 2010 over both methods' requests, less the pause 1040 -> 2000 (over PAUSE_S = 600 s)
+    assert got["vllm_span_s"] == pytest.approx(50.0) and got["vllm_paused_s"] == pytest.approx(960.0)
     text = markdown(got)
     assert "| amem | 1 so far (running)" in text and "5.00" in text  # scgmem local / vLLM seconds
 
@@ -46,11 +48,12 @@ def test_paired_seconds_span_and_a_running_method(tmp_path):
 def test_packaged_requests_are_read_from_their_gzip(tmp_path):
     import gzip
 
-    from experiments.conv26_vllm import requests_profile
+    from experiments.conv26_vllm import requests
 
     _requests(tmp_path, [(10.0, 12.0), (11.0, 14.0)])
     raw = (tmp_path / "requests.jsonl").read_bytes()
     (tmp_path / "requests.jsonl").unlink()
     (tmp_path / "requests.jsonl.gz").write_bytes(gzip.compress(raw))
-    profile, span = requests_profile(tmp_path)
-    assert profile["requests"] == 2 and span == (10.0, 14.0)
+    got = requests(tmp_path)
+    assert [(r["start"], r["end"]) for r in got] == [(10.0, 12.0), (11.0, 14.0)]
+    assert requests(tmp_path / "absent") == []

@@ -22,6 +22,18 @@ def test_run_profile_on_hand_worked_intervals():
     assert profile["tokens"] == 12 + 12 + 20 and profile["tokens_per_s"] == round(44 / 6, 2)
 
 
+def test_run_profile_cuts_pauses_longer_than_pause_s():
+    # a run resumed after a restart: the 14 s with nothing in flight (6 -> 20) is a pause and leaves the
+    # span; the 2 s gap (3 -> 5) stays engine idle time. Span 21 - 14 = 7 s, busy 3 + 1 + 1 = 5 s,
+    # 2 + 2 + 1 + 1 = 6 request-seconds
+    records = [record(0, 2), record(1, 3), record(5, 6), record(20, 21)]
+    profile = run_profile(records, pause_s=10)
+    assert profile["paused_s"] == 14 and profile["span_s"] == 7
+    assert profile["busy_share"] == round(5 / 7, 4) and profile["mean_in_flight"] == round(6 / 7, 3)
+    assert "paused_s" not in run_profile(records) and run_profile(records)["span_s"] == 21
+    assert run_profile(records, pause_s=1)["paused_s"] == 2 + 14
+
+
 def test_replay_sends_every_request_and_divides_the_rates(tmp_path):
     def reply(body):
         return 200, {"choices": [{"index": 0, "text": "a b", "finish_reason": "stop"}],
