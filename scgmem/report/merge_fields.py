@@ -13,6 +13,14 @@ SAME_FIELDS = ("method", "model", "protocol", "protocol_settings", "seed", "cate
 # the chat template and the cap profile must agree (the caps themselves are the config's method and
 # protocol values, compared as settings). The template probe renders the shard's first prompt.
 GENERATION_TALLIES = ("calls", "max_new_tokens", "temperature", "stop")
+# A call kind's request settings: the first seen, then any other (scgmem/llm/usage.py). The protocol
+# varies these two per question (category 5's temperature), so question shards with different
+# category mixes see different sets; they are tallied above and compared through the config.
+PER_QUESTION = ("temperature", "max_tokens")
+# A served run's tallies inside "server" and its "pool": summed (requests), the largest (peak in
+# flight) or united (servers found dead); the rest of "server" fixes the engine and must agree.
+SERVER_TALLIES = ("constrained_requests",)
+POOL_TALLIES = ("requests", "peak_in_flight", "dead")
 TEMPLATE_PROBE = ("probe", "probe_sha256")
 
 
@@ -57,9 +65,19 @@ def _generation_settings(generation) -> tuple[dict, dict]:
     fixed = {k: v for k, v in generation.items() if k not in ("calls", "static_decode")}  # those are tallies
     if isinstance(fixed.get("chat_template"), dict):
         fixed["chat_template"] = {k: v for k, v in fixed["chat_template"].items() if k not in TEMPLATE_PROBE}
-    kinds = {kind: {k: v for k, v in call.items() if k not in GENERATION_TALLIES}
+    if isinstance(fixed.get("server"), dict):
+        fixed["server"] = {k: v for k, v in fixed["server"].items() if k not in SERVER_TALLIES}
+        if isinstance(fixed["server"].get("pool"), dict):
+            fixed["server"]["pool"] = {k: v for k, v in fixed["server"]["pool"].items() if k not in POOL_TALLIES}
+    kinds = {kind: {**{k: v for k, v in call.items() if k not in GENERATION_TALLIES + ("settings", "other_settings")},
+                    "settings": sorted({json.dumps({k: v for k, v in seen.items() if k not in PER_QUESTION}, sort_keys=True)
+                                        for seen in _seen_settings(call)})}
              for kind, call in (generation.get("calls") or {}).items()}
     return fixed, kinds
+
+
+def _seen_settings(call: dict) -> list[dict]:
+    return [seen for seen in [call.get("settings"), *(call.get("other_settings") or [])] if isinstance(seen, dict)]
 
 
 def ingest_side(summary: dict) -> dict:
@@ -108,7 +126,25 @@ def merged_generation(summaries: list[dict]) -> dict | None:
                 elif isinstance(mine, list) and isinstance(theirs, list):
                     seen = {json.dumps(v): v for v in mine + theirs}  # values may be unhashable (stop lists)
                     calls[kind][key] = [seen[k] for k in sorted(seen)]
+            settings = {json.dumps(v, sort_keys=True): v for v in _seen_settings(calls[kind]) + _seen_settings(call)}
+            others = [v for v in settings.values() if v != calls[kind].get("settings")]
+            if others:
+                calls[kind]["other_settings"] = others
     merged["calls"] = dict(sorted(calls.items()))
+    servers = [r["server"] for r in reports if isinstance(r.get("server"), dict)]
+    if servers and isinstance(merged.get("server"), dict):
+        for key in SERVER_TALLIES:
+            if all(isinstance(v.get(key), int) for v in servers):
+                merged["server"][key] = sum(v[key] for v in servers)
+        pools = [v["pool"] for v in servers if isinstance(v.get("pool"), dict)]
+        if pools and isinstance(merged["server"].get("pool"), dict):
+            pool = merged["server"]["pool"]
+            if all(isinstance(q.get("requests"), int) for q in pools):
+                pool["requests"] = sum(q["requests"] for q in pools)
+            if all(isinstance(q.get("peak_in_flight"), int) for q in pools):
+                pool["peak_in_flight"] = max(q["peak_in_flight"] for q in pools)
+            if all(isinstance(q.get("dead"), list) for q in pools):
+                pool["dead"] = sorted({json.dumps(d): d for q in pools for d in q["dead"]}.values(), key=json.dumps)
     decodes = [r["static_decode"] for r in reports if isinstance(r.get("static_decode"), dict)]
     if decodes:  # scgmem/llm/local/static_decode.py: batches and compiled graphs add up, shapes unite
         merged["static_decode"] = {

@@ -91,5 +91,46 @@ def test_generation_reports_add_up_and_their_settings_must_agree(tmp_path):
     assert merged["calls"]["answer/sampled"]["calls"] == 7
     assert merged["calls"]["answer/sampled"]["temperature"] == [0.5, 0.7]
     assert merged["calls"]["ingest/greedy"]["calls"] == 2
-    with pytest.raises(MergeError, match=r"b/summary.json: field generation.calls.answer/sampled.settings.top_k differs"):
+    with pytest.raises(MergeError, match=r"b/summary.json: field generation.calls.answer/sampled.settings differs"):
         check_same_settings([(tmp_path / "a", a), (tmp_path / "b", report(4, [0.7], "q", top_k=1))], MergeError)
+
+
+def test_question_shards_may_see_different_per_question_settings(tmp_path):
+    # category 5 answers at another temperature: a shard with no category-5 question saw one setting,
+    # a shard with only such questions the other as its first (the conv-26 MemGPT shards over vLLM)
+    from scgmem.report.merge_fields import check_same_settings, merged_generation
+
+    def report(*temperatures, top_k=50):
+        seen = [{"temperature": t, "max_tokens": 50, "top_k": top_k} for t in temperatures]
+        call = {"settings": seen[0], "calls": 2, "max_new_tokens": [50], "temperature": sorted(temperatures), "stop": []}
+        if seen[1:]:
+            call["other_settings"] = seen[1:]
+        return {"generation": {"calls": {"answer/sampled": call}}}
+
+    a, b, c = report(0.7), report(0.7, 0.5), report(0.5)
+    check_same_settings([(tmp_path / "a", a), (tmp_path / "b", b), (tmp_path / "c", c)], MergeError)
+    merged = merged_generation([a, b, c])["calls"]["answer/sampled"]
+    assert merged["settings"]["temperature"] == 0.7 and [s["temperature"] for s in merged["other_settings"]] == [0.5]
+    assert merged["temperature"] == [0.5, 0.7] and merged["calls"] == 6
+    assert "other_settings" not in merged_generation([a, a])["calls"]["answer/sampled"]
+    with pytest.raises(MergeError, match=r"c/summary.json: field generation.calls.answer/sampled.settings differs"):
+        check_same_settings([(tmp_path / "a", a), (tmp_path / "c", report(0.5, top_k=1))], MergeError)
+
+
+def test_served_shards_tally_their_requests_and_agree_on_the_engine(tmp_path):
+    from scgmem.report.merge_fields import check_same_settings, merged_generation
+
+    def report(requests, peak, dead=(), engine="vllm", constrained=0):
+        return {"generation": {"calls": {}, "server": {
+            "engine": engine, "max_in_flight": 16, "constrained_requests": constrained,
+            "pool": {"servers": ["http://a/v1"], "requests": requests, "dead": list(dead), "max_in_flight": 16,
+                     "peak_in_flight": peak}}}}
+
+    a, b = report(48, 8, constrained=3), report(12, 2, dead=["http://a/v1"], constrained=4)
+    check_same_settings([(tmp_path / "a", a), (tmp_path / "b", b)], MergeError)
+    server = merged_generation([a, b])["server"]
+    assert server["constrained_requests"] == 7 and server["engine"] == "vllm"
+    assert server["pool"] == {"servers": ["http://a/v1"], "requests": 60, "dead": ["http://a/v1"], "max_in_flight": 16,
+                              "peak_in_flight": 8}
+    with pytest.raises(MergeError, match=r"b/summary.json: field generation.server.engine differs"):
+        check_same_settings([(tmp_path / "a", a), (tmp_path / "b", report(12, 2, engine="llamacpp"))], MergeError)
