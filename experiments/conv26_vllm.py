@@ -52,17 +52,15 @@ def requests(run_dir: Path) -> list[dict]:
     """The run's recorded requests (none when it has no record)."""
     from scgmem.llm.served.recorder import read_records
 
-    path = run_dir / "requests.jsonl"
-    if not path.is_file() and (run_dir / "requests.jsonl.gz").is_file():  # as experiments.conv26_package keeps it
-        with tempfile.TemporaryDirectory() as tmp, gzip.open(run_dir / "requests.jsonl.gz", "rb") as packed:
-            path = Path(tmp) / "requests.jsonl"
-            path.write_bytes(packed.read())
-            records = read_records(path)
-    elif not path.is_file():
+    path, packed = run_dir / "requests.jsonl", run_dir / "requests.jsonl.gz"
+    if path.is_file():
+        return read_records(path)
+    if not packed.is_file():
         return []
-    else:
-        records = read_records(path)
-    return records
+    with tempfile.TemporaryDirectory() as tmp:  # as experiments.conv26_package keeps it; read_records takes a path
+        unpacked = Path(tmp) / "requests.jsonl"
+        unpacked.write_bytes(gzip.decompress(packed.read_bytes()))
+        return read_records(unpacked)
 
 
 def compare(served_root: Path, local_root: Path) -> dict:
