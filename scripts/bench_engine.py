@@ -13,7 +13,9 @@ dependencies (scripts/bench_replay.py: the replay bound), which gives
 
   engine utilization = run tokens/s / replay tokens/s      (goal >= 0.8)
 
-and the cap the method's own order sets: mean requests in flight and the busy share of the run's span.
+and the cap the method's own order sets: mean requests in flight and the busy share of the run's span, and
+`order_cap` from a replay that keeps the run's happens-before (bench_replay's ordered replay): the utilization
+the method's chains of dependent requests allow at best, with the harness's own time between them removed.
 The same slice also runs once per method on the local backend (`model=local`, 2 torch threads), so each
 served run has `local_over_served` = local seconds / served seconds of ingest + answer (model loading
 excluded; > 1: the served run was faster). Goals printed beside it: SCG-Mem on vLLM >= 3x local.
@@ -196,6 +198,9 @@ def report_rows(result: dict) -> list[tuple]:
             rows.append((f"{engine} {method}: engine utilization", run["engine_utilization"], ">= 0.8"))
             rows.append((f"  mean in flight / busy share", run["run"]["mean_in_flight"],
                          f"busy {run['run']['busy_share']:.2f}"))
+            if "order_cap" in run:
+                rows.append((f"  order cap (ordered / free replay)", run["order_cap"],
+                             f"run / ordered {run['within_order']:.2f}"))
             goal = ">= 3 (issue 46)" if (engine, method) == ("vllm", "scgmem") else ""
             rows.append((f"  local / {engine} seconds", run["local_over_served"], goal))
     return rows

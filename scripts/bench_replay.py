@@ -15,6 +15,14 @@ Each run directory must hold requests.jsonl, written by a served run with `model
   with at least one request in flight;
 - with `--local`, the same method's run on the local backend: served / local seconds of ingest + answer
   (summary.json `timing`; model loading excluded);
+- the cap the run's order sets, measured: an *ordered* replay sends each request only once every request
+  that had ended before it started in the run has ended again (the run's happens-before, as recorded:
+  a request sent after another's reply may have needed it). It keeps the run's chains of dependent
+  requests and drops only the harness's own time between them (prompt building, embedding, trie
+  updates, Python). `order_cap` = ordered replay tokens/s / free replay tokens/s (the utilization the
+  method's order allows at best); `within_order` = run tokens/s / ordered replay tokens/s (the share of
+  that the harness reaches); their product is about the engine utilization. The ordered replay takes
+  about as long as the run's engine time: `--no-ordered` skips it;
 - vLLM's /metrics counters (prompt_tokens_total, generation_tokens_total, prefix_cache_queries_total,
   prefix_cache_hits_total) read before and after the replay, when the server has them.
 
@@ -34,10 +42,12 @@ numbers are noisy, and the load average says how much.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import re
 import sys
+import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -96,8 +106,24 @@ def read_metrics(root: str) -> dict | None:
     return out or None
 
 
-def replay(records: list[dict], url: str | None, concurrency: int, salt: str | None) -> dict:
-    """Send every recorded body again, `concurrency` at once; tokens/s over the replay's wall time."""
+def ordered_waits(records: list[dict]) -> tuple[list[dict], list[int], list[int]]:
+    """The run's happens-before as prefix counts: records in start order; for each, how many records
+    in end order (`end_rank`) must be done before it is sent (those that ended strictly before it
+    started: all of them started before it, so sending in start order cannot deadlock)."""
+    by_start = sorted(range(len(records)), key=lambda i: records[i]["start"])
+    by_end = sorted(range(len(records)), key=lambda i: records[i]["end"])
+    ends = [records[i]["end"] for i in by_end]
+    end_rank = [0] * len(records)
+    for rank, i in enumerate(by_end):
+        end_rank[i] = rank
+    return [records[i] for i in by_start], [end_rank[i] for i in by_start], \
+        [bisect.bisect_left(ends, records[i]["start"]) for i in by_start]
+
+
+def replay(records: list[dict], url: str | None, concurrency: int, salt: str | None,
+           ordered: bool = False) -> dict:
+    """Send every recorded body again, `concurrency` at once; tokens/s over the replay's wall time.
+    `ordered`: keep the run's happens-before (`ordered_waits`) instead of sending all at once."""
     clients: dict[str, JsonClient] = {}
 
     def one(rec):
@@ -112,7 +138,26 @@ def replay(records: list[dict], url: str | None, concurrency: int, salt: str | N
     before = read_metrics(root)
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        counts = list(pool.map(one, records))
+        if not ordered:
+            counts = list(pool.map(one, records))
+        else:
+            in_start_order, ranks, waits = ordered_waits(records)
+            done, frontier, cond = [False] * len(records), [0], threading.Condition()
+
+            def finish(rank: int, _future) -> None:
+                with cond:
+                    done[rank] = True
+                    while frontier[0] < len(done) and done[frontier[0]]:
+                        frontier[0] += 1
+                    cond.notify_all()
+
+            futures = []
+            for rec, rank, wait in zip(in_start_order, ranks, waits):
+                with cond:
+                    cond.wait_for(lambda: frontier[0] >= wait)
+                futures.append(pool.submit(one, rec))
+                futures[-1].add_done_callback(lambda f, rank=rank: finish(rank, f))
+            counts = [f.result() for f in futures]
     wall = time.perf_counter() - start
     after = read_metrics(root)
     out = {"concurrency": concurrency, "cache_salt": salt, "wall_s": round(wall, 3), "tokens": sum(counts),
@@ -128,7 +173,7 @@ def run_seconds(run_dir: Path) -> float:
     return float(timing["ingest_s"]) + float(timing["answer_s"])
 
 
-def bench(run_dir: Path, url: str | None, concurrency: int, salt: bool = True) -> dict:
+def bench(run_dir: Path, url: str | None, concurrency: int, salt: bool = True, ordered: bool = True) -> dict:
     path = run_dir / "requests.jsonl"
     if not path.is_file():
         raise SystemExit(f"{path}: missing; run with model.record_requests=true")
@@ -143,6 +188,11 @@ def bench(run_dir: Path, url: str | None, concurrency: int, salt: bool = True) -
     if salt:
         warm = out["replay_warm"] = replay(records, url, concurrency, None)
         out["engine_utilization_warm"] = round(run["tokens_per_s"] / max(warm["tokens_per_s"], 1e-9), 4)
+    if ordered:
+        kept = out["replay_ordered"] = replay(records, url, concurrency,
+                                              f"replay-ordered-{time.time_ns()}" if salt else None, ordered=True)
+        out["order_cap"] = round(kept["tokens_per_s"] / max(again["tokens_per_s"], 1e-9), 4)
+        out["within_order"] = round(run["tokens_per_s"] / max(kept["tokens_per_s"], 1e-9), 4)
     return out
 
 
@@ -154,12 +204,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--local", nargs="*", type=Path, default=[], help="local-backend run dirs of the same slice")
     ap.add_argument("--no-salt", action="store_true", help="send the bodies without a fresh cache_salt")
+    ap.add_argument("--no-ordered", action="store_true", help="skip the ordered replay (the cap of the run's order)")
     args = ap.parse_args()
     if args.concurrency < 1:
         raise SystemExit(f"--concurrency must be >= 1, got {args.concurrency}")
     load_start = list(os.getloadavg())
-    results = [bench(d, args.url and args.url.rstrip("/").removesuffix("/v1"), args.concurrency, not args.no_salt)
-               for d in args.run_dirs]
+    results = [bench(d, args.url and args.url.rstrip("/").removesuffix("/v1"), args.concurrency, not args.no_salt,
+                     not args.no_ordered) for d in args.run_dirs]
     local = {json.loads((d / "summary.json").read_text())["method"]: d for d in args.local}
     for r in results:
         if r["method"] in local:
@@ -176,9 +227,11 @@ def main() -> None:
         warm = (f"(warm replay {r['replay_warm']['tokens_per_s']} tok/s: {r['engine_utilization_warm']:.3f}) "
                 if "replay_warm" in r else "")
         local = f"; served/local {r['vs_local']['served_over_local']}" if "vs_local" in r else ""
+        order = (f"; order cap {r['order_cap']:.3f}, run/ordered replay {r['within_order']:.3f}"
+                 if "order_cap" in r else "")
         print(f"{r['method'] or r['run_dir']}: run {r['run']['tokens_per_s']} tok/s, replay "
               f"{r['replay']['tokens_per_s']} tok/s, engine utilization {r['engine_utilization']:.3f} {warm}"
-              f"(mean in flight {r['run']['mean_in_flight']}, busy {r['run']['busy_share']:.2f}){local}")
+              f"(mean in flight {r['run']['mean_in_flight']}, busy {r['run']['busy_share']:.2f}){order}{local}")
     path = args.out or ROOT / "results" / "bench" / f"{time.strftime('%Y%m%d-%H%M%S')}-engine.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2) + "\n")

@@ -1,10 +1,13 @@
 """scripts/bench_replay.py: a run's profile from its recorded requests (hand-worked intervals), and a
-replay against a scripted server whose tokens add up to the recorded ones."""
+replay against a scripted server whose tokens add up to the recorded ones; the ordered replay keeps
+the run's happens-before."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 
-from scripts.bench_replay import bench, run_profile
+from scripts.bench_replay import bench, ordered_waits, replay, run_profile
 from tests.llm.servers import ScriptedServer
 
 
@@ -45,7 +48,51 @@ def test_replay_sends_every_request_and_divides_the_rates(tmp_path):
         result = bench(tmp_path, None, concurrency=4)
         salts = [b.get("cache_salt") for b in server.bodies]
         sent = len(server.bodies)
-    assert len(set(salts[:6])) == 1 and salts[0] and salts[6:] == [None] * 6  # salted, then warm
-    assert sent == 12 and result["replay"]["tokens"] == result["run"]["tokens"] == 72
+    assert len(set(salts[:6])) == 1 and salts[0] and salts[6:12] == [None] * 6  # salted, then warm
+    assert len(set(salts[12:])) == 1 and salts[12] not in (None, salts[0])  # the ordered replay: its own salt
+    assert sent == 18 and result["replay"]["tokens"] == result["run"]["tokens"] == 72
+    assert result["replay_ordered"]["tokens"] == 72
+    assert result["order_cap"] == round(result["replay_ordered"]["tokens_per_s"] / result["replay"]["tokens_per_s"], 4)
+    assert result["within_order"] == round(12.0 / result["replay_ordered"]["tokens_per_s"], 4)
     assert result["run"]["tokens_per_s"] == 12.0 and result["run"]["mean_in_flight"] == 1.0
     assert result["engine_utilization"] == round(12.0 / result["replay"]["tokens_per_s"], 4)
+
+
+def lettered(start, end, letter, server="http://127.0.0.1:1/v1"):
+    rec = record(start, end, server=server)
+    return {**rec, "body": {**rec["body"], "prompt": letter}}
+
+
+def test_ordered_waits_on_hand_worked_intervals():
+    # A [0, 1] and B [0.5, 2] overlap; D [1.5, 5] starts after A's end, before B's; C [3, 4] after both.
+    # Start order A B D C; end order A B C D: D waits for 1 end (A), C for 2 (A, B)
+    in_order, ranks, waits = ordered_waits([lettered(0, 1, "A"), lettered(0.5, 2, "B"), lettered(3, 4, "C"),
+                                            lettered(1.5, 5, "D")])
+    assert [r["body"]["prompt"] for r in in_order] == ["A", "B", "D", "C"]
+    assert ranks == [0, 1, 3, 2] and waits == [0, 0, 1, 2]
+
+
+def test_ordered_replay_sends_a_request_only_after_those_it_followed_in_the_run():
+    events, lock = [], threading.Lock()
+
+    def reply(body):
+        with lock:
+            events.append(("sent", body["prompt"]))
+        time.sleep(0.2)  # long enough that the free replay sends all four before any is done
+        with lock:
+            events.append(("done", body["prompt"]))
+        return 200, {"choices": [{"index": 0, "text": "a b", "finish_reason": "stop"}],
+                     "usage": {"prompt_tokens": 10, "completion_tokens": 2}}
+
+    with ScriptedServer(reply) as server:
+        records = [lettered(0, 1, "A", server.url), lettered(0.5, 2, "B", server.url),
+                   lettered(3, 4, "C", server.url), lettered(1.5, 5, "D", server.url)]
+        result = replay(records, None, concurrency=8, salt=None, ordered=True)
+        # the free replay of the same records waits for nothing: C goes out before A is done
+        events_ordered, events[:] = list(events), []
+        replay(records, None, concurrency=8, salt=None)
+    at = {e: n for n, e in enumerate(events_ordered)}
+    assert at[("sent", "D")] > at[("done", "A")]
+    assert at[("sent", "C")] > max(at[("done", "A")], at[("done", "B")])
+    assert result["tokens"] == 48
+    assert events.index(("sent", "C")) < events.index(("done", "A"))

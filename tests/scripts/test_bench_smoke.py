@@ -168,6 +168,7 @@ def test_engine(tiny_bench):
     assert run["run"]["requests"] > 0 and run["replay"]["tokens"] > 0
     assert 0 < run["engine_utilization"] and run["local_over_served"] > 0
     assert 0 < run["run"]["busy_share"] <= 1
+    assert run["replay_ordered"]["tokens"] == run["replay"]["tokens"] and run["order_cap"] > 0
     assert "llamacpp rag: engine utilization" in tiny_bench["logs"][0]
 
 
