@@ -13,6 +13,11 @@ dependencies (scripts/bench_replay.py: the replay bound), which gives
 
   engine utilization = run tokens/s / replay tokens/s      (goal >= 0.8)
 
+with the replay cold: on vLLM every replayed request carries a fresh cache_salt; llama.cpp ignores that
+field, so before its free and its ordered replay the bench restarts the llama.cpp server it started (a
+server named by BENCH_LLAMACPP_URL is not restarted: its replays may read the run's cached prompts and
+its utilizations are then too low).
+
 and the cap the method's own order sets: mean requests in flight and the busy share of the run's span, and
 `order_cap` from a replay that keeps the run's happens-before (bench_replay's ordered replay): the utilization
 the method's chains of dependent requests allow at best, with the harness's own time between them removed.
@@ -117,8 +122,20 @@ class Server:
         else:
             from scgmem.llm.served.llamacpp_server import start
 
+            self.log = work / "llamacpp.log"
             self.proc = start(port, slots=LLAMACPP_SLOTS, threads=1, n_ctx=LLAMACPP_SLOTS * 8192, wait_s=120,
-                              log=work / "llamacpp.log")
+                              log=self.log)
+
+    def restart(self) -> None:
+        """The same server again on the same port, its prompt cache empty (llama.cpp: the replay's
+        stand-in for vLLM's cache_salt, which llama.cpp ignores)."""
+        from scgmem.llm.served.launch import stop_process
+        from scgmem.llm.served.llamacpp_server import start
+
+        stop_process(self.proc)
+        port = int(self.root.rsplit(":", 1)[1])
+        self.proc = start(port, slots=LLAMACPP_SLOTS, threads=1, n_ctx=LLAMACPP_SLOTS * 8192, wait_s=120,
+                          log=self.log)
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -175,7 +192,10 @@ def bench_engine(work: Path, scale: Scale, tiny_dir: Path | None = None) -> dict
                 served = run_method(run_dir, [*slice_overrides(scale), f"method={method}",
                                               *engine_overrides(engine, server.root + "/v1"),
                                               "model.record_requests=true"], threads=1)
-                replayed = replay_bench(run_dir, server.root, concurrency)
+                # llama.cpp ignores cache_salt: its replays start from a restarted (cold) server instead;
+                # a server the user named cannot be restarted, so its replays may read the run's cache
+                cold = server.restart if engine == "llamacpp" and server.proc is not None else None
+                replayed = replay_bench(run_dir, server.root, concurrency, reset=cold)
                 local_s = out["local"][method]["seconds"]
                 runs[method] = {**served, **{k: replayed[k] for k in replayed if k not in ("run_dir", "method")},
                                 "local_over_served": round(local_s / max(served["seconds"], 1e-9), 3)}

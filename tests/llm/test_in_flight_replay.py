@@ -96,3 +96,20 @@ def test_ordered_replay_sends_a_request_only_after_those_it_followed_in_the_run(
     assert at[("sent", "C")] > max(at[("done", "A")], at[("done", "B")])
     assert result["tokens"] == 48
     assert events.index(("sent", "C")) < events.index(("done", "A"))
+
+
+def test_reset_empties_the_cache_before_the_free_and_the_ordered_replay_and_sends_no_salt(tmp_path):
+    # llama.cpp ignores cache_salt, so the bench restarts it (here: a marker in the request log)
+    def reply(body):
+        return 200, {"choices": [{"index": 0, "text": "a b", "finish_reason": "stop"}],
+                     "usage": {"prompt_tokens": 10, "completion_tokens": 2}}
+
+    with ScriptedServer(reply) as server:
+        records = [record(i, i + 1, server=server.url) for i in range(3)]
+        (tmp_path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        result = bench(tmp_path, None, concurrency=4, reset=lambda: server.bodies.append("reset"))
+        log = list(server.bodies)
+    # reset, free replay (cold), warm replay, reset, ordered replay (cold)
+    assert [b if b == "reset" else "req" for b in log] == ["reset"] + ["req"] * 6 + ["reset"] + ["req"] * 3
+    assert all("cache_salt" not in b for b in log if b != "reset")
+    assert result["replay"]["cold"] is True and result["replay_warm"]["tokens"] == 36
