@@ -108,34 +108,31 @@ class Server:
     """A server for one engine: started here on a free port, or one the user names (never stopped here)."""
 
     def __init__(self, engine: str, work: Path) -> None:
-        self.engine, self.proc = engine, None
+        self.engine, self.work, self.proc = engine, work, None
         given = os.environ.get(f"BENCH_{engine.upper()}_URL")
         if given:
             self.root = given.rstrip("/").removesuffix("/v1")
             return
-        port = _free_port()
-        self.root = f"http://127.0.0.1:{port}"
-        if engine == "vllm":
+        self.port = _free_port()
+        self.root = f"http://127.0.0.1:{self.port}"
+        self._start()
+
+    def _start(self) -> None:
+        if self.engine == "vllm":
             from scgmem.llm.served.vllm_server import start
 
-            self.proc = start(port, log=work / "vllm.log")
+            self.proc = start(self.port, log=self.work / "vllm.log")
         else:
             from scgmem.llm.served.llamacpp_server import start
 
-            self.log = work / "llamacpp.log"
-            self.proc = start(port, slots=LLAMACPP_SLOTS, threads=1, n_ctx=LLAMACPP_SLOTS * 8192, wait_s=120,
-                              log=self.log)
+            self.proc = start(self.port, slots=LLAMACPP_SLOTS, threads=1, n_ctx=LLAMACPP_SLOTS * 8192, wait_s=120,
+                              log=self.work / "llamacpp.log")
 
     def restart(self) -> None:
         """The same server again on the same port, its prompt cache empty (llama.cpp: the replay's
-        stand-in for vLLM's cache_salt, which llama.cpp ignores)."""
-        from scgmem.llm.served.launch import stop_process
-        from scgmem.llm.served.llamacpp_server import start
-
-        stop_process(self.proc)
-        port = int(self.root.rsplit(":", 1)[1])
-        self.proc = start(port, slots=LLAMACPP_SLOTS, threads=1, n_ctx=LLAMACPP_SLOTS * 8192, wait_s=120,
-                          log=self.log)
+        stand-in for vLLM's cache_salt, which llama.cpp ignores). Only for a server started here."""
+        self.stop()
+        self._start()
 
     def stop(self) -> None:
         if self.proc is not None:

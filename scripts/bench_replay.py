@@ -193,14 +193,15 @@ def bench(run_dir: Path, url: str | None, concurrency: int, salt: bool = True, o
         raise SystemExit(f"{path}: no requests recorded")
     run = run_profile(records)
     salt = salt and reset is None
+    cold = salt or reset is not None  # then a warm replay follows the cold one
     if reset:
         reset()
     again = replay(records, url, concurrency, f"replay-{time.time_ns()}" if salt else None)
-    again["cold"] = bool(salt or reset)
+    again["cold"] = cold
     summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else {}
     out = {"run_dir": str(run_dir), "method": summary.get("method"), "run": run, "replay": again,
            "engine_utilization": round(run["tokens_per_s"] / max(again["tokens_per_s"], 1e-9), 4)}
-    if salt or reset:
+    if cold:
         warm = out["replay_warm"] = replay(records, url, concurrency, None)
         out["engine_utilization_warm"] = round(run["tokens_per_s"] / max(warm["tokens_per_s"], 1e-9), 4)
     if ordered:
