@@ -36,6 +36,7 @@ from typing import Any, Callable
 import numpy as np
 
 from scgmem.api.types import Conversation, Turn
+from scgmem.llm.protocol import Needs
 
 
 @dataclass
@@ -63,6 +64,9 @@ class MemoryMethod(abc.ABC):
     """
 
     name: str = "base"
+    # What the method asks of its model beyond free text (scgmem.llm.protocol.Needs): the harness
+    # asks the model once, before the first conversation (make_ready), and refuses in one line.
+    needs: Needs = Needs()
     # Methods whose ingestion takes hours (A-MEM: ~3 LLM calls a turn) checkpoint after every
     # session: the harness sets `session_checkpoint`, and on a restart loads the last
     # checkpoint's state_dict and sets `resume_after_session`; `ingest` then skips the

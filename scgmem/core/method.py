@@ -32,7 +32,7 @@ from scgmem.core.graph import AssociativeGraph
 from scgmem.core.recall import (FREE_RECALL_PREFIX, FREE_RECALL_PROMPT, RECALL_PREFIX, RECALL_PROMPT,
                                 constrained_seeds, free_seeds, propagate, rank_turns, reconstruct_context)
 from scgmem.core.schema import CognitiveSchema
-from scgmem.llm.protocol import LanguageModel
+from scgmem.llm.protocol import LanguageModel, Needs, unmet
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,7 @@ class SCGMem(MemoryMethod):
     """
 
     name = "scgmem"
+    needs = Needs(constraints=True, by="method=scgmem")  # Eq. 6's trie-constrained decoding, raw log-probs
 
     def __init__(self, llm: LanguageModel, embedder=None, *, k: int = 35, hops: int = 1, num_beams: int = 5,
                  temperature: float = 1.0, constraint: bool = True, evolution: bool = True,
@@ -93,11 +94,6 @@ class SCGMem(MemoryMethod):
                  max_keywords: int = 5, context_tokens: int | None = None, separator: str = ",",
                  dense_threshold: int = 256) -> None:
         super().__init__(llm, embedder)
-        if getattr(llm, "served", False) and not llm.applies_constraints:  # a server without a grammar engine
-            raise ValueError("SCG-Mem needs token-level constrained decoding (its schema constraint and raw "
-                             "log-probs): set model.engine to a serving engine with llguidance token-id grammars "
-                             "(python -m scgmem.llm.served.engines lists them) and model.tokenizer, or use the "
-                             "local backend")
         for name, value, low in (("k", k, 1), ("hops", hops, 0), ("num_beams", num_beams, 1),
                                  ("ingest_batch_size", ingest_batch_size, 1), ("max_keywords", max_keywords, 1)):
             check_int(name, value, low)
@@ -154,9 +150,9 @@ class SCGMem(MemoryMethod):
 
         Ingestion is greedy (deterministic), so `rng` is not drawn from.
         """
-        if not self.llm.applies_constraints:
-            raise TypeError(f"SCG-Mem needs a real LLM (its generate must honour the schema constraint); got "
-                            f"{type(self.llm).__name__}")
+        problem = unmet(self.llm, self.needs)  # the harness asked before the first conversation (make_ready)
+        if problem:
+            raise TypeError(problem)
         self._reset()
         evolution = Evolution(self.llm, self.schema, counters=self.counters, **self.evolution_args)
         turns = conversation.turns

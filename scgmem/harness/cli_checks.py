@@ -107,15 +107,31 @@ def _choices(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip() and not v.strip().startswith(("glob(", "range("))]
 
 
-def check_method_model(cfg) -> str | None:
-    """SCG-Mem on a served model without a grammar engine, as one line from the config alone, before
-    any data, model or embedder loads: a model config with an `engine` setting left null."""
+def method_needs(cfg):
+    """The configured method's `Needs` (scgmem.llm.protocol), read off its class without building it;
+    a target that does not import has none here (building the method reports it in one line)."""
+    from hydra.utils import get_class
     from omegaconf import OmegaConf
 
-    method = str(OmegaConf.select(cfg, "method._target_", default="") or "")
+    from scgmem.llm.protocol import Needs
+
+    target = OmegaConf.select(cfg, "method._target_", default=None)
+    try:
+        return getattr(get_class(str(target)), "needs", Needs()) if target else Needs()
+    except Exception:  # noqa: BLE001 (any import failure is reported where the method is built)
+        return Needs()
+
+
+def check_method_model(cfg) -> str | None:
+    """A method that needs constrained decoding on a served model without a grammar engine, as one line
+    from the config alone, before any data, model or embedder loads: a model config with an `engine`
+    setting left null."""
+    from omegaconf import OmegaConf
+
+    needs = method_needs(cfg)
     model = cfg.get("model") or {}
-    if method.endswith(".SCGMem") and "engine" in model and OmegaConf.select(cfg, "model.engine") is None:
+    if needs.constraints and "engine" in model and OmegaConf.select(cfg, "model.engine") is None:
         from scgmem.llm.served.engines import needs_engine
 
-        return needs_engine("method=scgmem")
+        return needs_engine(needs.by)
     return None

@@ -43,6 +43,8 @@ from scgmem.llm.served.http_client import ServerError
 from scgmem.llm.loading import ModelFilesMissing
 from scgmem.llm.local.oom import free_cuda_cache
 from scgmem.llm.usage import UsageMeter
+from scgmem.llm.protocol import make_ready
+from scgmem.harness.cli_checks import method_needs
 
 log = logging.getLogger("scgmem.run")
 
@@ -152,20 +154,16 @@ def run_judge(cfg: DictConfig, llm, records: list[dict], run_dir: Path, categori
         raise UsageError(f"protocol.judge: {e}") from None
 
 
-def _check_served_scgmem(llm) -> None:
-    """SCG-Mem on a server needs a grammar engine, the completions API and an engine that can serve
-    its constrained calls (one probe request per feature); each refusal is one line."""
-    if not getattr(llm, "served", False):
-        return
-    if not llm.applies_constraints:  # a model config without an `engine` key (cli_checks catches the others)
-        from scgmem.llm.served.engines import needs_engine
-
-        raise UsageError(needs_engine("method=scgmem"))
-    if getattr(llm, "api", None) == "chat":
-        raise UsageError("model.api=chat: SCG-Mem continues primed prefixes (`Keywords:`) that a chat API drops, "
-                         "and the server's template would build another memory; use model.api=completions "
-                         "(the default with model.engine)")
-    llm.check_engine()
+def _make_ready(llm, cfg, what: str) -> None:
+    """The one readiness hook (scgmem.llm.protocol.make_ready) before the embedder loads and before any
+    conversation: a model that cannot serve the method, a server that is unreachable, does not serve
+    the model or fails the engine probe, each as one line naming the model choice."""
+    try:
+        make_ready(llm, method_needs(cfg))
+    except (ServerError, ValueError) as e:  # NotReady, EngineProbeFailed, a model id the server does not list
+        if _debug():
+            raise
+        raise UsageError(f"{what}: {e}") from None
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -201,8 +199,7 @@ def evaluate(cfg: DictConfig) -> dict:
     model_node, embedder_node, placement = _placement(cfg)
     start = time.perf_counter()
     llm = _shared("model", model_node, f"model={choices.get('model')}")
-    if str(cfg.method.get("_target_", "")).endswith(".SCGMem"):
-        _check_served_scgmem(llm)  # before the embedder loads and before any conversation
+    _make_ready(llm, cfg, f"model={choices.get('model')}")
     if hasattr(llm, "begin_job"):
         llm.begin_job()  # nothing an earlier job of this process computed can reach this one
     else:

@@ -11,6 +11,12 @@ Example::
         return llm.encode(" " + text)[0]
 
     isinstance(llm, LanguageModel)  # checks that every member is there, not their types
+
+The rules every backend shares live here too, once: what a `generate` call may ask
+(`check_generate_args`), and what a method needs of its model (`Needs`) with the one question the
+core and the harness ask about it (`unmet`, the backend's own answer when it has one) and the one
+readiness step the harness runs before the first conversation (`make_ready`: a served backend
+reaches its servers there, never while it is built).
 """
 from __future__ import annotations
 
@@ -120,6 +126,64 @@ class LanguageModel(Protocol):
         trie, and fill each Generation's raw `token_logprobs` / `end_logprob`. With
         `num_beams=b` it is the constrained beam search over those lists (b sequences per
         prompt, ranked by cumulative raw log-prob, transformers' beam search semantics)."""
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a memory method asks of its model beyond free text.
+
+    Attributes:
+        constraints: token-level constrained decoding (the schema trie) with the raw log-probs of
+            what it generates: SCG-Mem's key lists and its recall beam search.
+        by: who needs it, as refusals name it (e.g. "method=scgmem").
+    """
+
+    constraints: bool = False
+    by: str = "this method"
+
+
+class NotReady(ValueError):
+    """A model that cannot serve a method's `Needs`, or whose servers refused the readiness step: its
+    message is the one line the user sees (the harness exits 2 with it)."""
+
+
+def unmet(llm, needs: Needs) -> str | None:
+    """Why `llm` cannot serve `needs`, in one line, or None. Asks the backend's own
+    `unmet_needs(needs)` where it has one (a server knows which setting is missing); otherwise reads
+    the protocol's `applies_constraints`. Never reaches a server."""
+    own = getattr(llm, "unmet_needs", None)
+    if own is not None:
+        return own(needs)
+    if needs.constraints and not llm.applies_constraints:
+        return (f"{type(llm).__name__} does not apply constraints, and SCG-Mem's schema-constrained decoding "
+                "needs a model that does (the local backend, or a server with model.engine)")
+    return None
+
+
+def make_ready(llm, needs: Needs) -> None:
+    """The one readiness step before the first conversation: refuse what `llm` cannot serve, then let
+    the backend reach whatever it needs (`ready(needs)`: a server's model list, its tokenizer
+    endpoint, its engine probe). Every refusal is a `NotReady` with one line."""
+    problem = unmet(llm, needs)
+    if problem:
+        raise NotReady(problem)
+    ready = getattr(llm, "ready", None)
+    if ready is not None:
+        ready(needs)
+
+
+def check_generate_args(n_prompts: int, *, temperature: float, seeds: Sequence[int] | None, num_beams: int = 1,
+                        num_return_sequences: int = 1) -> None:
+    """The decoding settings a `generate` call may combine, on every backend alike: sampling draws from
+    one seed per prompt (so a prediction does not depend on its batch), and beam search is greedy."""
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if num_return_sequences > max(1, num_beams):
+        raise ValueError(f"num_return_sequences={num_return_sequences} > num_beams={num_beams}")
+    if temperature > 0 and num_beams > 1:
+        raise ValueError("sampling with beam search is not supported: use temperature=0")
+    if temperature > 0 and (seeds is None or len(seeds) != n_prompts):
+        raise ValueError("sampling needs one seed per prompt (seeds=...)")
 
 
 class TokenizerFacts:

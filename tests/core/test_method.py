@@ -149,7 +149,7 @@ def test_a_model_less_llm_builds_but_cannot_ingest():
     from scgmem.llm.doubles.fake import ScriptedLLM
 
     method = SCGMem(ScriptedLLM(["hiking"]))  # e.g. a config check with the dummy backend
-    with pytest.raises(TypeError, match="needs a real LLM"):
+    with pytest.raises(TypeError, match="does not apply constraints"):
         method.ingest(make_conversation(["hi"]), np.random.default_rng(0))
 
 

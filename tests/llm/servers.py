@@ -28,6 +28,7 @@ class ScriptedServer:
 
     def __init__(self, reply, model: str = "tiny-served") -> None:
         self.reply, self.model, self.bodies, self.lock = reply, model, [], threading.Lock()
+        self.gets: list[str] = []  # the path of every GET, in order
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -43,6 +44,8 @@ class ScriptedServer:
                 self.wfile.write(data)
 
             def do_GET(self):
+                with outer.lock:
+                    outer.gets.append(self.path)
                 self._send(200, {"object": "list", "data": [{"id": outer.model, "object": "model"}]})
 
             def do_POST(self):

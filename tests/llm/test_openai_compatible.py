@@ -115,22 +115,35 @@ def test_faults_stop_with_one_line_naming_the_url(reply, needle):
     assert "\n" not in message and needle in message and server.url in message
 
 
+def test_building_the_backend_reaches_no_server():
+    """Construction is cheap and offline: the servers are reached in `ready` (the harness's one
+    readiness step), never in __init__; a server that counts every request sees none."""
+    with ScriptedServer(echo) as server:
+        llm = OpenAICompatibleLLM([server.url, server.url.replace("127.0.0.1", "localhost")], server.model,
+                                  retries=0)
+        assert server.bodies == [] and server.gets == []
+        with pytest.raises(ValueError, match="model.tokenizer is required"):  # no tokenizer, no /tokenize
+            llm.ready()
+    assert server.gets == ["/v1/models", "/v1/models"]  # both servers of the pool, then /tokenize was tried
+    assert {b["_path"] for b in server.bodies} <= {"/tokenize", "/v1/tokenize"} and server.bodies
+
+
 def test_unreachable_server_is_one_line_naming_the_url():
     url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     with pytest.raises(ServerError, match=r"^http://127\.0\.0\.1:\d+/v1/models: unreachable after 2 tries"):
-        OpenAICompatibleLLM(url, "m", retries=1, backoff_s=0.01)
+        OpenAICompatibleLLM(url, "m", retries=1, backoff_s=0.01).ready()
 
 
 def test_without_tokenizer_or_tokenize_endpoint_it_refuses():
     with ScriptedServer(echo) as server:
         with pytest.raises(ValueError, match="model.tokenizer is required: .* has no /tokenize endpoint"):
-            OpenAICompatibleLLM(server.url, server.model, retries=0)
+            OpenAICompatibleLLM(server.url, server.model, retries=0).ready()
 
 
 def test_unknown_model_id_and_missing_key_are_refused(monkeypatch):
     with ScriptedServer(echo) as server:
         with pytest.raises(ValueError, match="model.model_id=other: not served"):
-            OpenAICompatibleLLM(server.url, "other")
+            OpenAICompatibleLLM(server.url, "other").ready()
         monkeypatch.delenv("SCGMEM_TEST_KEY", raising=False)
         with pytest.raises(ValueError, match="SCGMEM_TEST_KEY is not set"):
             OpenAICompatibleLLM(server.url, server.model, api_key_env="SCGMEM_TEST_KEY")

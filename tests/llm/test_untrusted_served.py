@@ -114,7 +114,7 @@ def test_parse_keeps_a_good_url():
 def test_a_models_flood_is_a_short_line():
     with Server(models=[f"model-{i}-" + "x" * 200 for i in range(20_000)]) as server:
         with pytest.raises(ValueError) as e:
-            OpenAICompatibleLLM(server.url, "m", retries=0)
+            OpenAICompatibleLLM(server.url, "m", retries=0).ready()
     text = str(e.value)
     assert "not served at" in text and "(20000 in all)" in text and len(text) < 600
 
@@ -123,7 +123,7 @@ def test_every_server_of_a_pool_must_serve_the_model():
     tokenize = {"/tokenize": _llamacpp_tokenize}
     with Server(models=["m"], routes=tokenize) as a, Server(models=["other"], routes=tokenize) as b:
         with pytest.raises(ValueError, match=f"model.model_id=m: not served at {b.url}"):
-            OpenAICompatibleLLM([a.url, b.url], "m", retries=0)
+            OpenAICompatibleLLM([a.url, b.url], "m", retries=0).ready()
 
 
 def test_retry_after_counts_against_the_request_deadline():
@@ -153,7 +153,7 @@ def test_a_lying_tokenize_reply_is_one_line(tokens):
 def test_a_server_without_a_working_tokenize_is_refused():
     with Server(routes={"/tokenize": lambda b: (200, {"tokens": []}, {})}) as server:
         with pytest.raises(ValueError, match="model.tokenizer is required"):
-            OpenAICompatibleLLM(server.url, "m", retries=0)
+            OpenAICompatibleLLM(server.url, "m", retries=0).ready()
 
 
 def _free_port_in_range() -> int:

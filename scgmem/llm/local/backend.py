@@ -37,7 +37,8 @@ from scgmem.llm.loading import model_identity, resolve_model_dir
 from scgmem.llm.local.memo import cut_at_eos, recall_memo
 from scgmem.llm.local.oom import OomSplitter
 from scgmem.llm.local.prefix_cache import PrefixCache, cache_keyword, layout_batch
-from scgmem.llm.protocol import Generation, ProcessorFactory, TokenizerFacts  # noqa: F401 (re-exported)
+from scgmem.llm.protocol import (Generation, ProcessorFactory, TokenizerFacts,  # noqa: F401 (re-exported)
+                                 check_generate_args)
 from scgmem.llm.local.sampling import SeededGumbelSampler, TokenLogprobRecorder
 from scgmem.llm.local.score_head import ScoreHead
 from scgmem.llm.local.static_decode import StaticDecode
@@ -253,14 +254,8 @@ class LLM(TokenizerFacts):
             stop: strings at which generation stops (checked during generation) and the
                 decoded text is cut.
         """
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
-        if num_return_sequences > max(1, num_beams):
-            raise ValueError(f"num_return_sequences={num_return_sequences} > num_beams={num_beams}")
-        if temperature > 0 and num_beams > 1:
-            raise ValueError("sampling with beam search is not supported: use temperature=0")
-        if temperature > 0 and (seeds is None or len(seeds) != len(prompts)):
-            raise ValueError("sampling needs one seed per prompt (seeds=...)")
+        check_generate_args(len(prompts), temperature=temperature, seeds=seeds, num_beams=num_beams,
+                            num_return_sequences=num_return_sequences)
         results: list[list[Generation]] = [None] * len(prompts)  # type: ignore[list-item]
         config = explicit_config(max_new_tokens=max_new_tokens, num_beams=num_beams,
                                  num_return_sequences=num_return_sequences, length_penalty=length_penalty,

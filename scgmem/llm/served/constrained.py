@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from scgmem.llm.constraint_spec import KeyConstraint
-from scgmem.llm.protocol import Generation
+from scgmem.llm.protocol import Generation, check_generate_args
 from scgmem.llm.served.beams import beam_search
-from scgmem.llm.served.dialect import EngineDialect, Unsupported
+from scgmem.llm.served.dialect import EngineDialect
 from scgmem.llm.served.keys import KeyDecoder
 from scgmem.llm.served.transport import HttpTransport, ServerPool
 
@@ -44,8 +44,8 @@ class ConstrainedCalls:
     def generate(self, prompt_ids: Sequence[list[int]], constraint: KeyConstraint, *, max_new_tokens: int,
                  temperature: float, seeds: Sequence[int], num_beams: int, num_return_sequences: int,
                  decode: Callable[[list[int]], str]) -> list[list[Generation]]:
-        if temperature > 0 and num_beams > 1:
-            raise Unsupported("sampling with beam search is not supported: use temperature=0")
+        check_generate_args(len(prompt_ids), temperature=temperature, seeds=seeds, num_beams=num_beams,
+                            num_return_sequences=num_return_sequences)
 
         def one(i: int) -> tuple[list[Generation], int]:
             decoder = KeyDecoder(HttpTransport(self.pool, self.dialect, affinity=i), constraint,

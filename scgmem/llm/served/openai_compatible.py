@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from scgmem.config_resolvers import DEFAULT_CAP_PROFILE, check_cap_profile
-from scgmem.llm.protocol import Generation
+from scgmem.llm.protocol import Generation, Needs, check_generate_args
 from scgmem.llm.chat_template import ChatPolicy, eos_token_ids, render_messages
 from scgmem.llm.constraint_spec import KeyConstraint
 from scgmem.llm.served.free_text import FreeTextCalls
@@ -148,16 +148,10 @@ class OpenAICompatibleLLM(FreeTextCalls):
         self.chat = ChatPolicy()
         self.served_models: set[str] = set()
         self._rendered: OrderedDict[str, tuple[list[dict], str]] = OrderedDict()
-        served_models(self.client, model_id)
-        for i, url in enumerate(urls[1:], 1):  # every server of the pool must serve the same model
-            try:
-                served_models(JsonClient(url, api_key=key, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s),
-                              model_id)
-            except ServerError as e:  # unreachable now: never used, so never unchecked
-                if "unreachable" not in str(e):
-                    raise
-                self.pool.dead.add(i)
-                log.warning("%s: unreachable at start; its requests go to the other server(s)", url)
+        self._client_args = dict(api_key=key, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
+        self._checked_servers = False
+        # Built without I/O: the servers are reached in `ready` (the harness's one readiness step) or,
+        # for a caller that skips it, on the first call that needs them.
         self.tokenizer = None
         self._server_tokenize, self._tokenize_field = None, "prompt"
         if tokenizer:
@@ -166,8 +160,6 @@ class OpenAICompatibleLLM(FreeTextCalls):
                 self.tokenizer = AutoTokenizer.from_pretrained(tokenizer)
             except (OSError, ValueError) as e:
                 raise ValueError(f"model.tokenizer={tokenizer}: cannot load a tokenizer ({str(e).splitlines()[0]})") from None
-        else:
-            self._server_tokenize = self._find_tokenize_endpoint()
         self.engine = engine
         self._probed = False
         self.constrained = None
@@ -178,10 +170,39 @@ class OpenAICompatibleLLM(FreeTextCalls):
             self.constrained = ConstrainedCalls(engines.make_dialect(engine, model_id, engine_options), self.pool,
                                                 eos_ids=self.eos_ids)
 
-    def check_engine(self) -> None:
-        """Learn once, before the first conversation, that every server can serve SCG-Mem's constrained
-        calls (scgmem/llm/served/probe.py); a missing feature is one line naming the server flag."""
-        if self.constrained is not None and not self._probed:
+    # ------------------------------------------------------------------ readiness
+    def unmet_needs(self, needs: Needs) -> str | None:
+        """What this server set-up lacks for `needs` (scgmem.llm.protocol.unmet), from its settings alone."""
+        if needs.constraints:
+            if self.constrained is None:
+                return engines.needs_engine(needs.by)
+            if self.api == "chat":
+                return (f"model.api=chat: {needs.by} continues primed prefixes (`Keywords:`) that a chat API drops, "
+                        "and the server's template would build another memory; use model.api=completions "
+                        "(the default with model.engine)")
+        return None
+
+    def ready(self, needs: Needs = Needs()) -> None:
+        """The readiness step (scgmem.llm.protocol.make_ready): every server of the pool serves
+        `model_id` (one unreachable now is marked dead, its requests go to the others), the /tokenize
+        endpoint is found when there is no local tokenizer, and with `needs.constraints` the engine is
+        probed once. Idempotent."""
+        if not self._checked_servers:
+            served_models(self.client, self.model_id)
+            for i, url in enumerate(self.pool.urls[1:], 1):  # every server of the pool must serve the same model
+                try:
+                    served_models(JsonClient(url, **self._client_args), self.model_id)
+                except ServerError as e:  # unreachable now: never used, so never unchecked
+                    if "unreachable" not in str(e):
+                        raise
+                    self.pool.dead.add(i)
+                    log.warning("%s: unreachable at start; its requests go to the other server(s)", url)
+            self._checked_servers = True
+        if self.tokenizer is None and self._server_tokenize is None:
+            self._server_tokenize = self._find_tokenize_endpoint()
+        # with a grammar engine: learn once, before the first conversation, that every server can serve the
+        # constrained calls (scgmem/llm/served/probe.py); a missing feature is one line naming the server flag
+        if needs.constraints and self.constrained is not None and not self._probed:
             from scgmem.llm.served.probe import probe_engine
 
             probe_engine(self.pool, self.constrained.dialect, vocab_size=self.vocab_size)
@@ -228,17 +249,22 @@ class OpenAICompatibleLLM(FreeTextCalls):
         raise ValueError(f"model.tokenizer is required: {self.base_url} has no /tokenize endpoint, and token "
                          f"budgets need the served model's tokenizer (a local folder or hub id)")
 
+    def _tokenize_url(self) -> str:
+        if self._server_tokenize is None:  # a caller that skipped `ready`
+            self._server_tokenize = self._find_tokenize_endpoint()
+        return self._server_tokenize
+
     def encode(self, text: str) -> list[int]:
         if self.tokenizer is not None:
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        reply = self.client.post_url(self._server_tokenize, {"model": self.model_id, self._tokenize_field: text,
+        reply = self.client.post_url(self._tokenize_url(), {"model": self.model_id, self._tokenize_field: text,
                                                              "add_special_tokens": False})
         return tokenize_reply(reply, text, self._server_tokenize)
 
     def decode(self, ids: Sequence[int]) -> str:
         if self.tokenizer is not None:
             return self.tokenizer.decode(ids)
-        url = self._server_tokenize.replace("/tokenize", "/detokenize")
+        url = self._tokenize_url().replace("/tokenize", "/detokenize")
         reply = self.client.post_url(url, {"model": self.model_id, "tokens": list(ids)})
         text = reply.get("prompt", reply.get("content"))  # vLLM / SGLang, llama.cpp
         if not isinstance(text, str):
@@ -318,14 +344,14 @@ class OpenAICompatibleLLM(FreeTextCalls):
                  seeds: Sequence[int] | None = None, constraint: KeyConstraint | None = None, num_beams: int = 1,
                  num_return_sequences: int = 1, length_penalty: float = 0.0,
                  stop: Sequence[str] = ()) -> list[list[Generation]]:
+        if constraint is None and (num_beams > 1 or num_return_sequences > 1):
+            raise TypeError("beam search needs token-level control: use the local backend (e.g. model=local)")
+        check_generate_args(len(prompts), temperature=temperature, seeds=seeds, num_beams=num_beams,
+                            num_return_sequences=num_return_sequences)
         if constraint is not None:
             return self._generate_constrained(prompts, constraint, max_new_tokens=max_new_tokens,
                                               temperature=temperature, seeds=seeds, num_beams=num_beams,
                                               num_return_sequences=num_return_sequences)
-        if num_beams > 1 or num_return_sequences > 1:
-            raise TypeError("beam search needs token-level control: use the local backend (e.g. model=local)")
-        if temperature > 0 and (seeds is None or len(seeds) != len(prompts)):
-            raise ValueError("sampling needs one seed per prompt (seeds=...)")
         settings = {"temperature": float(temperature), "top_p": self.top_p, "max_tokens": int(max_new_tokens),
                     "n": 1, "logprobs": self.logprobs, "prefill": self.prefill, "api": self.api}
         with self._count_lock:
@@ -350,8 +376,6 @@ class OpenAICompatibleLLM(FreeTextCalls):
         (the end of an over-long prompt), one decoder per prompt."""
         if self.constrained is None:
             raise Unsupported(f"{self.base_url}: {engines.needs_engine('a schema-constrained call')}")
-        if temperature > 0 and (seeds is None or len(seeds) != len(prompts)):
-            raise ValueError("sampling needs one seed per prompt (seeds=...)")
         with self._count_lock:
             self.settings_log.record(SettingsLog.kind(self._meter().phase, temperature=temperature,
                                                       num_beams=num_beams, processors=["SchemaDecoding"]),
