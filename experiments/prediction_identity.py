@@ -9,7 +9,7 @@ and once after, each with that checkout on PYTHONPATH, then `diff -r` the two ou
 
 Two passes per method (the configs come from the checkout on PYTHONPATH):
 - scripted/<method>.jsonl: the harness on the scripted echo model and a bag-of-words embedder
-  (scgmem/harness/scripted.py), conv-26 sessions 1-3, 2 questions per category; each line is a
+  (scgmem/testing/scripted.py), conv-26 sessions 1-3, 2 questions per category; each line is a
   prediction record without its wall time, and prompts/<method>.txt holds every prompt the model
   received, so a changed retrieval or prompt shows even where the echo reply hides it.
   SCG-Mem (constrained decoding needs a real tokenizer) and LoCoMo's RAG (its config reads
@@ -43,7 +43,7 @@ def _records(path: Path) -> list[str]:
 
 def scripted_pass(out: Path, data: Path) -> None:
     from scgmem.data.locomo import LoCoMoSource
-    from scgmem.harness.scripted import fake_pipeline
+    from scgmem.testing.scripted import fake_pipeline
 
     conv, _ = LoCoMoSource(path=str(data), samples=["conv-26"], max_sessions=3).load()
     (out / "scripted").mkdir(parents=True, exist_ok=True)

@@ -168,7 +168,7 @@ def count_prefill(model) -> dict:
 
 
 def count_pass(method: str, conversations, parallel: int, tmp: Path, questions_per_category=None) -> dict:
-    from scgmem.harness.scripted import fake_pipeline
+    from scgmem.testing.scripted import fake_pipeline
 
     llm = scgmem_llm(tmp) if method == "scgmem" else None
     pipeline = fake_pipeline(method, tmp / f"{method}-{parallel}", parallel=parallel, llm=llm,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,38 @@ def test_the_llm_layers_point_one_way(folder, forbidden):
                 for line, module in imported_modules(path.read_text(encoding="utf-8"))
                 if any(module == bad or module.startswith(bad + ".") for bad in forbidden)]
     assert not problems, "\n".join(problems)
+
+
+# The library stands on itself: test doubles (and the pipeline built on them) are imported only by
+# tests, benchmarks and experiments; an analysis (experiments/) stands on the library, never on a
+# script's internals.
+DOUBLES = ("scgmem.llm.doubles", "scgmem.testing")
+DOUBLES_HOMES = ("scgmem/llm/doubles", "scgmem/testing")
+
+
+def _imports_of(folder: str, forbidden: tuple[str, ...], skip: tuple[str, ...] = ()) -> list[str]:
+    return [f"{path.relative_to(ROOT)}:{line} imports {module}" for path in sorted((ROOT / folder).rglob("*.py"))
+            if not any(str(path.relative_to(ROOT)).startswith(home + "/") for home in skip)
+            for line, module in imported_modules(path.read_text(encoding="utf-8"))
+            if any(module == bad or module.startswith(bad + ".") for bad in forbidden)]
+
+
+@pytest.mark.parametrize("folder", ["scgmem", "baselines"])
+def test_no_library_module_imports_the_test_doubles(folder):
+    problems = _imports_of(folder, DOUBLES, skip=DOUBLES_HOMES)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_boundary_walker_sees_a_planted_import(tmp_path, monkeypatch):
+    """The two rules above can fail: a planted library module importing the doubles is found."""
+    planted = tmp_path / "scgmem" / "harness" / "planted.py"
+    planted.parent.mkdir(parents=True)
+    planted.write_text("def f():\n    from scgmem.testing.scripted import fake_pipeline\n", encoding="utf-8")
+    (tmp_path / "scgmem" / "testing").mkdir()
+    (tmp_path / "scgmem" / "testing" / "ok.py").write_text("import scgmem.llm.doubles.fake\n", encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    found = _imports_of("scgmem", DOUBLES, skip=DOUBLES_HOMES)
+    assert found and all(p.startswith("scgmem/harness/planted.py:2 imports scgmem.testing.scripted") for p in found)
 
 
 def test_an_engine_dialect_imports_neither_torch_nor_transformers():

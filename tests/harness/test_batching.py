@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from scgmem.harness.scripted import fake_pipeline
+from scgmem.testing.scripted import fake_pipeline
 from scgmem.llm.doubles.fake import ScriptedLLM
 from scgmem.llm.scheduler import BatchingFront, _apportion
 

@@ -44,7 +44,7 @@ import json
 from scgmem.data.locomo import load_locomo, select
 from scgmem.harness.cache import MemoryCache
 from scgmem.llm.doubles.fake import ScriptedLLM
-from scgmem.harness.scripted import fake_pipeline
+from scgmem.testing.scripted import fake_pipeline
 from scgmem.llm.doubles.fake import echo_reply
 
 def slow_reply(prompt):

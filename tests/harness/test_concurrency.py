@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from scgmem.harness.scripted import fake_pipeline
+from scgmem.testing.scripted import fake_pipeline
 from scgmem.llm.doubles.fake import ScriptedLLM, echo_reply
 from scgmem.llm.scheduler import BatchingFront
 from scgmem.llm.usage import UsageMeter

@@ -3,7 +3,7 @@ turns) and averaged in summary.json."""
 from __future__ import annotations
 
 from scgmem.harness.summary import context_length
-from scgmem.harness.scripted import fake_pipeline
+from scgmem.testing.scripted import fake_pipeline
 
 
 def test_context_length_is_the_mean_over_records_that_have_it():

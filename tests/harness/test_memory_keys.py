@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from scgmem.api import Conversation, Session, Turn
 from scgmem.harness.cache import KEYED_AS, keyed_class, memory_key
-from scgmem.harness.scripted import CONFIG_DIR
+from scgmem.testing.scripted import CONFIG_DIR
 from scgmem.llm.doubles.fake import BagEmbedder, ScriptedLLM, echo_reply
 
 # memory_key(method, ScriptedLLM, seed 0, CONVERSATION) with configs/method/<name>.yaml, computed on

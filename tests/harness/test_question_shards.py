@@ -118,7 +118,7 @@ def test_a_resumed_run_keeps_earlier_attempts_answer_counters(method, locomo_pat
     # by the method object while answering. A second attempt rebuilds that object from the memory,
     # so without usage.jsonl the first attempt's answer-time counts would vanish from the summary.
     from scgmem.data.locomo import load_locomo, select
-    from scgmem.harness.scripted import fake_pipeline
+    from scgmem.testing.scripted import fake_pipeline
     from scgmem.harness.summary import build_summary
 
     conversations, _ = load_locomo(locomo_path)

@@ -72,7 +72,7 @@ def test_a_run_json_naming_the_top_level_baselines_package_resumes(method, tmp_p
 
     from omegaconf import OmegaConf
 
-    from scgmem.harness.scripted import CONFIG_DIR
+    from scgmem.testing.scripted import CONFIG_DIR
 
     target = OmegaConf.load(CONFIG_DIR / "method" / f"{method}.yaml")["_target_"]
     old = {new: before for before, new in MOVED.items()}[target]
@@ -90,7 +90,7 @@ def test_the_committed_runs_started_before_the_move_resume(tmp_path):
     import yaml
     from hydra import compose, initialize_config_dir
 
-    from scgmem.harness.scripted import CONFIG_DIR
+    from scgmem.testing.scripted import CONFIG_DIR
 
     runs = sorted(p.parent for p in (CONFIG_DIR.parent / "results/embedded/conv26_full/runs").glob("*/*/run.json"))
     assert any("baselines." in (r / "run.json").read_text() for r in runs)
@@ -112,7 +112,7 @@ def test_a_run_made_while_the_model_configs_held_the_caps_resumes(tmp_path):
 
     from hydra import compose, initialize_config_dir
 
-    from scgmem.harness.scripted import CONFIG_DIR
+    from scgmem.testing.scripted import CONFIG_DIR
 
     fixture = CONFIG_DIR.parent / "tests" / "fixtures" / "run_json_f9a0918_qwen2.5-1.5b_amem.json"
     assert '"model.caps.amem_update_tokens": 1000' in fixture.read_text()

@@ -45,7 +45,7 @@ def test_a_new_metric_is_aggregated_and_given_cis(with_exact_match):
 
 def test_a_new_metric_reaches_the_run_records(with_exact_match, locomo_path, tmp_path):
     from scgmem.data.locomo import load_locomo, select
-    from scgmem.harness.scripted import fake_pipeline
+    from scgmem.testing.scripted import fake_pipeline
 
     conversations, _ = load_locomo(locomo_path)
     records = fake_pipeline("full_context", tmp_path / "run", parallel=1).run(
