@@ -28,7 +28,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-SCRIPTED = ["full_context", "last_turns", "rag", "memorybank", "amem", "memgpt", "readagent"]
+from scgmem.method_lists import all_methods
+
+# every method but SCG-Mem and LoCoMo's RAG (see above), in the order of scgmem/method_lists.py
+SCRIPTED = [m for m in all_methods() if m not in ("scgmem", "rag_locomo")]
 MODEL = ["scgmem", "rag_locomo", *SCRIPTED]
 TIMING = {"latency_s"}  # the one field that is a wall time
 

@@ -29,10 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from scgmem.method_lists import all_methods, table1_methods
+
 ROOT = Path(__file__).resolve().parents[1]
 
-METHODS = ("full_context", "last_turns", "rag", "memorybank", "amem", "memgpt", "readagent", "scgmem")
-TABLE1_METHODS = ("full_context", "readagent", "memorybank", "memgpt", "amem", "scgmem")
+METHODS = all_methods()
+TABLE1_METHODS = table1_methods()
 TIMING_SAMPLES = ["conv-26", "conv-30", "conv-41", "conv-42"]
 
 

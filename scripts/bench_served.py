@@ -16,7 +16,6 @@ comparison on a GPU.
 """
 from __future__ import annotations
 
-import socket
 import statistics
 import time
 from pathlib import Path
@@ -24,15 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from scripts.bench_inputs import ROOT, Scale, concept_pool, conversation, load_llm
+from scgmem.llm.served.launch import free_port
 
 SIZES = (10, 100, 1000, 5000)
 TOKENIZER = Path.home() / ".cache" / "scgmem" / "models" / "SmolLM2-135M-Instruct.Q4_1"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def bench_grammar(llm, pool, sizes=SIZES) -> dict:
@@ -110,7 +104,7 @@ def bench_served(scale: Scale = Scale("full"), port: int | None = None) -> dict:
 
     torch.set_num_threads(1)
     llm = load_llm()
-    port = port or _free_port()
+    port = port or free_port()
     proc = start(port, slots=4, threads=1, wait_s=60)
     try:
         url = f"http://127.0.0.1:{port}/v1"

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from scripts import device_probes
+from scgmem.method_lists import all_methods
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,7 +51,7 @@ SHAPES = {
                  intermediate_size=128, vocab_size=4096, rope_theta=5e5, max_position_embeddings=8192,
                  context_window=8192, rope_scaling=LLAMA3_ROPE),
 }
-METHODS = ["full_context", "rag", "scgmem", "readagent", "memorybank", "memgpt", "amem"]
+METHODS = [m for m in all_methods() if m not in ("rag_locomo", "last_turns")]  # scgmem/method_lists.py
 # Random weights never emit EOS, so every call runs to its cap: the check caps every call at
 # `--cap` tokens (recorded in the JSON) to fit four shapes x seven methods in its time.
 SPECIALS = {"qwen": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],

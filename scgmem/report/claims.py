@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scgmem.method_lists import all_methods
 from scgmem.report.collect import Run
 from scgmem.report.paired import N_RESAMPLES, P_LABEL, holm, paired_average, top_shares
 from scgmem.report.paper import FULL_SETTINGS, run_title
@@ -35,7 +36,7 @@ from scgmem.report.writers import md_text
 
 ABOVE, BELOW, UNCLEAR = "holds", "does not hold", "cannot be told apart"
 ALPHA = 0.05
-BASELINE_ORDER = ("full_context", "readagent", "memorybank", "memgpt", "amem", "rag", "rag_locomo")
+BASELINE_ORDER = tuple(m for m in all_methods() if m not in ("scgmem", "last_turns"))  # Table 1's, then ours
 
 
 def verdict(test: dict, alpha: float = ALPHA) -> str:

@@ -26,6 +26,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 from scgmem.scoring.metric_table import table_metrics, titles
+from scgmem.method_lists import table1_baselines
 
 METRICS = table_metrics()  # the columns of every table and figure (scgmem/scoring/metric_table.py)
 # The LLM judge's accuracy (scgmem-report judge); a column only where a run was judged. The paper has none.
@@ -46,7 +47,7 @@ SHORT_TITLES = {"full_context": "full context (LoCoMo)", "rag": "dense RAG", "ra
                 "last_turns": "last turns"}
 # SCG-Mem's settings in the paper's main configuration (configs/method/scgmem.yaml; Figures 3-4's optima).
 FULL_SETTINGS = {"k": 35, "hops": 1, "constraint": True, "evolution": True}
-BASELINES = ("full_context", "readagent", "memorybank", "memgpt", "amem")
+BASELINES = table1_baselines()  # configs/experiment/table1.yaml's order (scgmem/method_lists.py)
 PAPER_MODELS = ("qwen2.5-1.5b", "qwen2.5-3b", "llama3.2-1b", "llama3.2-3b")
 # Table 2 rows: (method.constraint, method.evolution) -> variant.
 VARIANTS = {(True, True): "full", (False, True): "no_constraint", (True, False): "no_evolution",

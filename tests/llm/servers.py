@@ -6,20 +6,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from scgmem.llm.served.launch import EngineStartError, stop_process, wait_healthy
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from scgmem.llm.served.launch import EngineStartError, free_port, stop_process, wait_healthy  # noqa: F401 (re-exported)
 
 
 class ScriptedServer:

@@ -8,7 +8,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,16 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from scgmem.llm.served.launch import free_port
+
 pytest.importorskip("xllamacpp")
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data" / "locomo10.json"
 pytestmark = pytest.mark.skipif(not DATA.exists(), reason="data/locomo10.json missing (make data)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

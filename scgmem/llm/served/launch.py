@@ -135,3 +135,12 @@ def bring_up(what: str, port: int, state: Path, start: Callable[[Path], subproce
         print(f"{what} up: http://127.0.0.1:{port}/v1 (pid {pid}{'' if starting else f', log {log}'}; stop: {stop})")
     print("run against it:\n  " + run_line())
     return pid
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the OS's pick), for a server started next: tests, benches, sweeps."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
