@@ -57,18 +57,22 @@ def _need_browser():
 @pytest.fixture(scope="module")
 def browser():
     chromium, driver_path = _need_browser()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+    from scripts.bench_view import start_browser
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1300,1000"):
-        options.add_argument(arg)  # --no-sandbox: CI runs as root, where Chromium's sandbox cannot start
-    driver = webdriver.Chrome(options=options, service=Service(driver_path))
-    driver.set_page_load_timeout(30)
+    driver = start_browser(chromium, driver_path)
     driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": HOOKS})
     yield driver
     driver.quit()
+
+
+def test_a_missing_browser_fails_under_ci_and_skips_elsewhere(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true"):
+        _need_browser()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception):
+        _need_browser()
 
 
 class Listener(http.server.BaseHTTPRequestHandler):

@@ -136,16 +136,20 @@
     p.evidence.forEach(function (e) {
       if (!e.retrieved) e.active.forEach(function (c) { if (at[c]) line(at[c], X[2], turnY[e.dia_id], "edge missing"); });
     });
-    function label(x, y, text, cls, title) {
-      var t = S.svg("text", {x: x, y: y, "class": cls}, text.length > 34 ? text.slice(0, 33) + "…" : text);
+    function label(x, y, text, cls, title, max) {
+      max = max || 34;
+      var t = S.svg("text", {x: x, y: y, "class": cls}, text.length > max ? text.slice(0, max - 1) + "…" : text);
       t.appendChild(S.svg("title", null, title));
       gNodes.appendChild(t);
     }
     for (var s = 0; s < nSeeds; s++) label(X[0], at[s][1], keys[s], "node seed", keys[s]);
     p.reached.forEach(function (r) { label(X[1], at[r[0]][1], keys[r[0]], "node", keys[r[0]] + (r[3] !== null ? " P=" + S.num(r[3], 3) : "")); });
+    var grounding = {};  // missing evidence -> the concepts that ground it but were not active
+    p.evidence.forEach(function (e) { grounding[e.dia_id] = e.other; });
     turnIds.forEach(function (t) {
-      var miss = !p.turns[t];
-      label(X[2], turnY[t], t + (ev[t] ? (miss ? "  missing evidence" : "  evidence") : ""), "node " + (ev[t] ? (miss ? "missing" : "ev") : "turn"), t);
+      var miss = !p.turns[t], text = t + (ev[t] ? (miss ? "  missing evidence" : "  evidence") : "");
+      if (miss && grounding[t] && grounding[t].length) text += " · not active: " + grounding[t].join(", ");
+      label(X[2], turnY[t], text, "node " + (ev[t] ? (miss ? "missing" : "ev") : "turn"), text, 52);
     });
     svg.appendChild(gEdges);
     svg.appendChild(gNodes);
@@ -161,7 +165,9 @@
       return;
     }
     var items = d.items || [];
-    S.add(main, S.h("p.note", null, "The run stores the retrieved dia_ids, not the items; these are the items of its memory export that hold them (" + items.length + ")."));
+    S.add(main, S.h("p.note", null, items.length ? "The run stores the retrieved dia_ids, not the items; these are the items of its memory " +
+      "export that hold them (" + items.length + ")." : "No item of its memory export names a retrieved dia_id, so the items behind " +
+      "the retrieved turns cannot be told; its stored fields (above) and its memory (Memory) are what the run keeps."));
     S.add(main, S.h("ol.items", null, items.slice(0, 100).map(function (it) {
       var item = conv.memory[it.field][it.index];
       return S.h("li", null, [S.h("b", null, it.field + "[" + it.index + "] "), S.h("span.via", null, "holds " + it.hit.join(", ")),
