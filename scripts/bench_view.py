@@ -85,9 +85,9 @@ def cpu() -> str:
     return platform.processor() or "unknown"
 
 
-def screenshots(browser, page: Path, out: Path, question: int) -> list[Path]:
+def screenshots(browser, page: Path, out: Path, question: int, concept: str) -> list[Path]:
     """list.png (filtered to temporal questions), question.png (scrolled to its recall path),
-    memory.png and compare.png."""
+    memory.png (the graph around `concept`) and compare.png."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
@@ -103,9 +103,15 @@ def screenshots(browser, page: Path, out: Path, question: int) -> list[Path]:
     shots.append(out / "question.png")
     browser.save_screenshot(str(shots[-1]))
     route_ms(browser, "#memory/0/0", "body[data-view=memory] svg.ego")
+    for item in browser.find_elements(By.CSS_SELECTOR, ".conceptlist li"):
+        if item.text.split(" ")[0] == concept:
+            browser.execute_script("arguments[0].click()", item)  # the list scrolls: a real click may miss
+            break
+    browser.execute_script("window.scrollTo(0, 0)")
     shots.append(out / "memory.png")
     browser.save_screenshot(str(shots[-1]))
     route_ms(browser, "#compare/0/1", "body[data-view=compare] #compare-categories")
+    browser.execute_script("window.scrollTo(0, 0)")
     Select(browser.find_element(By.CSS_SELECTOR, "select[aria-label=answers]")).select_by_value("differ")
     shots.append(out / "compare.png")
     browser.save_screenshot(str(shots[-1]))
@@ -122,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=5, help="fresh openings timed (default: %(default)s)")
     p.add_argument("--screenshots", default=None, help="write the four screenshots into this folder")
     p.add_argument("--question", type=int, default=0, help="row of the question shown (default: %(default)s)")
+    p.add_argument("--concept", default="lgbtq", help="concept the memory screenshot centres (default: %(default)s)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
@@ -141,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                     row["compare_ms"] = route_ms(browser, "#compare/0/1", "body[data-view=compare] #compare-categories")
                 rows.append(row)
                 print(json.dumps({k: round(v, 1) for k, v in row.items()}))
-            shots = screenshots(browser, page, Path(args.screenshots), args.question) if args.screenshots else []
+            shots = screenshots(browser, page, Path(args.screenshots), args.question, args.concept) if args.screenshots else []
         finally:
             browser.quit()
         medians = {k: round(statistics.median(r[k] for r in rows), 1) for k in rows[0]}
