@@ -20,8 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from scgmem.data.locomo import load_locomo
-from scgmem.harness.untrusted import StoredFileError
-from scgmem.report.collect import NoRunsError, Run, collect
+from scgmem.report.collect import NoRunsError, Run, collect_all
 from scgmem.report.output import write_output
 from scgmem.report.paired import N_RESAMPLES
 from scgmem.report.view import extract, stats
@@ -60,24 +59,13 @@ def _turns(runs: list[Run], data: str | Path | None, samples: list[str]) -> tupl
     return {}, None
 
 
-def load_runs(roots: list[str | Path]) -> list[Run]:
-    """Every run below each root (a run directory, or a folder of runs such as a sweep), each once."""
-    runs, seen = [], set()
-    for root in roots:
-        for run in collect(root):
-            if run.run_dir.resolve() not in seen:
-                seen.add(run.run_dir.resolve())
-                runs.append(run)
-    return runs
-
-
 def build_site(roots: list[str | Path], out: str | Path, data: str | Path | None = None,
                n_resamples: int = N_RESAMPLES, seed: int = 0) -> Path:
     """Write the viewer of the runs below `roots` into `out`; returns out/index.html.
 
     Raises NoRunsError (no run), StoredFileError (a run file that is not what scgmem-run writes),
     DataError (the data file), ValueError (runs scoring different categories)."""
-    runs = load_runs(roots)
+    runs = collect_all(roots)  # every run below each root (a run directory or a sweep), each once
     out = _prepare(Path(out))
     samples = sorted({r["sample_id"] for run in runs for r in run.records})
     conv_index = {s: i for i, s in enumerate(samples)}
@@ -130,6 +118,3 @@ def serve(folder: str | Path, port: int) -> None:
             server.serve_forever()
         except KeyboardInterrupt:
             pass
-
-
-__all__ = ["build_site", "load_runs", "serve", "StoredFileError"]
