@@ -139,7 +139,7 @@ bench-view: ## the run viewer in headless Chromium: opening time and size (docs/
 # apt needs root: sudo when not root (CI and these machines run as root)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 browser: ## headless Chromium and its driver from Debian's packages (the run viewer's browser tests); quick when installed
-	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then chromium --version; \
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then chromium --version 2>/dev/null; \
 	else $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
 	  --no-install-recommends chromium chromium-driver; fi
 

@@ -126,6 +126,8 @@ def parser() -> argparse.ArgumentParser:
                       help="run directories or folders of runs (a sweep); each run directory holds summary.json")
     view.add_argument("--out", required=True, help="the site's folder (new, or one this command wrote); open OUT/index.html")
     view.add_argument("--data", default=None, help="the LoCoMo file for the turns' text (default: the runs' data.path)")
+    view.add_argument("--judge", nargs="+", default=(), metavar="DIR",
+                      help="folders `scgmem-report judge --out DIR` wrote for one of the runs (its labels shown)")
     view.add_argument("--serve", type=int, nargs="?", const=8600, default=None, metavar="PORT",
                       help="also serve the site on 127.0.0.1:PORT (default port %(const)s) until Ctrl-C")
     view.add_argument("--n-resamples", type=int, default=N_RESAMPLES, help="bootstrap resamples (default: %(default)s)")
@@ -233,7 +235,8 @@ def _view(args) -> int:
     from scgmem.api.data_source import DataError
     from scgmem.report.view import build_site, serve
     try:
-        page = build_site(args.runs, args.out, args.data, n_resamples=args.n_resamples, seed=args.seed)
+        page = build_site(args.runs, args.out, args.data, n_resamples=args.n_resamples, seed=args.seed,
+                          judges=args.judge)
     except (NoRunsError, DataError, ValueError) as e:
         print(f"error: view: {e}", file=sys.stderr)
         return 2

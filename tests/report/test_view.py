@@ -146,3 +146,24 @@ def test_serve_sends_the_page_with_its_content_security_policy(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_judge_folder_attaches_its_labels_to_the_run_it_names(tmp_path, capsys):
+    run = hostile_runs(tmp_path / "runs")[0]
+    folder = tmp_path / "judge"
+    folder.mkdir()
+    (folder / "judge_summary.json").write_text(json.dumps({"run_dir": str(run)}))
+    labels = ["CORRECT", "WRONG", "CORRECT"]  # three judge runs of question conv-1 qa 0: J = 2/3
+    (folder / "judgements.jsonl").write_text("".join(json.dumps(
+        {"sample_id": "conv-1", "qa_index": 0, "category": 1, "run": i, "label": label, "parsed": True, "reply": label,
+         "gold": "g"}) + "\n" for i, label in enumerate(labels)))
+    page = build_site([run], tmp_path / "site", judges=[folder], n_resamples=20)
+    _, index = read_data(page.parent / "data" / "index.js")
+    judge = index["columns"].index("judge")
+    assert index["runs"][0]["judged"] and [r[judge] for r in index["rows"][0] if r[1] == 0] == [round(2 / 3, 4)]
+    _, conv = read_data(page.parent / "data" / f"r0_c{index['samples'].index('conv-1')}.js")
+    assert conv["records"]["0"]["judge"] == labels and conv["records"]["1"]["judge"] is None
+    (folder / "judge_summary.json").write_text(json.dumps({"run_dir": str(tmp_path / "elsewhere")}))
+    assert main(["view", "--runs", str(run), "--out", str(tmp_path / "site2"), "--judge", str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "judge_summary.json: run_dir" in err and "not one of the runs" in err and "\n" not in err

@@ -18,8 +18,8 @@ from scgmem.api.paths import is_safe_name
 from scgmem.harness.checked_run import category_mapping
 from scgmem.harness.judging import read_judgements
 from scgmem.harness.safe_files import read_json_file
-from scgmem.harness.untrusted import StoredFileError, need_dict, need_int
-from scgmem.report.collect import Run, shown_path
+from scgmem.harness.untrusted import StoredFileError, need_dict, need_int, need_str
+from scgmem.report.collect import NoRunsError, Run, shown_path
 from scgmem.report.view.recall_path import Graph, recall_path
 
 MAX_MEMORY_BYTES = 64 << 20  # the largest export committed (A-MEM, one conversation) is ~0.3 MB
@@ -71,12 +71,27 @@ def _check_schema_memory(memory: dict, path: Path) -> None:
         need_int(memory["n_turns"], path, "n_turns", 0, 10**7)
 
 
-def judge_labels(run: Run) -> dict[tuple[str, int], list[str]]:
-    """(sample_id, qa_index) -> the judge's labels, one per judge run ({} when not judged)."""
+def judge_labels(folder: Path) -> dict[tuple[str, int], list[str]]:
+    """(sample_id, qa_index) -> the judge's labels in `folder`'s judgements.jsonl, one per judge run."""
     labels: dict[tuple[str, int], list[str]] = {}
-    for row in read_judgements(run.run_dir):
+    for row in read_judgements(folder):
         labels.setdefault((str(row.get("sample_id")), int(row.get("qa_index", -1))), []).append(str(row.get("label")))
     return labels
+
+
+def attach_judge(runs: list[Run], folder: Path) -> Run:
+    """The run a `scgmem-report judge --out FOLDER` judged (judge_summary.json's run_dir), its J set
+    from the folder's labels; NoRunsError when that run is not among `runs`."""
+    from scgmem.harness.judging import JUDGE_SUMMARY, judged_fraction
+
+    path = folder / JUDGE_SUMMARY
+    judged = need_str(need_dict(read_json_file(path, 1 << 20), path, "judge_summary").get("run_dir"), path, "run_dir", 4096)
+    for run in runs:
+        if run.run_dir.resolve() == Path(judged).resolve():
+            run.__dict__["judge"] = judged_fraction(folder)  # Run.judge is a cached_property: its value
+            run.__dict__["judge_dir"] = folder
+            return run
+    raise NoRunsError(f"{path}: run_dir: {judged!r}: not one of the runs given to --runs")
 
 
 def summary_view(run: Run, index: int) -> dict:
@@ -124,7 +139,7 @@ def conversation_details(run: Run, sample_id: str, settings: dict) -> dict:
     memory = read_memory(run, sample_id)
     schema = memory is not None and "edges" in memory
     graph = Graph(memory) if schema else None
-    labels = judge_labels(run) if run.judge else {}
+    labels = judge_labels(run.__dict__.get("judge_dir", run.run_dir)) if run.judge else {}
     temperature = float(settings.get("temperature") or 1.0)
     hops = int(settings.get("hops") if settings.get("hops") is not None else 1)
     records = {}

@@ -60,12 +60,15 @@ def _turns(runs: list[Run], data: str | Path | None, samples: list[str]) -> tupl
 
 
 def build_site(roots: list[str | Path], out: str | Path, data: str | Path | None = None,
-               n_resamples: int = N_RESAMPLES, seed: int = 0) -> Path:
-    """Write the viewer of the runs below `roots` into `out`; returns out/index.html.
+               n_resamples: int = N_RESAMPLES, seed: int = 0, judges: list[str | Path] = ()) -> Path:
+    """Write the viewer of the runs below `roots` into `out`; returns out/index.html. `judges`:
+    folders `scgmem-report judge --out` wrote for one of these runs (a run's own labels are read anyway).
 
     Raises NoRunsError (no run), StoredFileError (a run file that is not what scgmem-run writes),
     DataError (the data file), ValueError (runs scoring different categories)."""
     runs = collect_all(roots)  # every run below each root (a run directory or a sweep), each once
+    for folder in judges:
+        extract.attach_judge(runs, Path(folder))
     out = _prepare(Path(out))
     samples = sorted({r["sample_id"] for run in runs for r in run.records})
     conv_index = {s: i for i, s in enumerate(samples)}
