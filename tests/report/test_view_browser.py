@@ -27,7 +27,8 @@ from tests.report.view_runs import (EMBEDDED_SCGMEM, LISTENER_PORT, PAYLOADS, SE
 
 # Recorded in every page before its own scripts (CDP), out of reach of the page's CSP.
 HOOKS = """
-window.__dialogs = []; window.__violations = [];
+window.__dialogs = []; window.__violations = []; window.__errors = [];
+window.addEventListener('error', function (e) { window.__errors.push(String(e.message)); });
 ['alert', 'confirm', 'prompt', 'print'].forEach(function (n) { window[n] = function () { window.__dialogs.push(n); }; });
 document.addEventListener('securitypolicyviolation', function (e) {
   window.__violations.push(e.violatedDirective + ' ' + e.blockedURI); });
@@ -117,6 +118,7 @@ def problems(driver, page, hits) -> list[str]:
     """Everything the hostile run must not have caused on the current page."""
     found = [f"dialog {d}" for d in driver.execute_script("return window.__dialogs")]
     found += [f"CSP violation {v}" for v in driver.execute_script("return window.__violations")]
+    found += [f"script error {e}" for e in driver.execute_script("return window.__errors")]
     site = page.parent.as_uri() + "/"
     for name in driver.execute_script("return performance.getEntriesByType('resource').map(e => e.name)"):
         own = name.startswith(site) and (name[len(site):] in OWN_SCRIPTS | {"view.css"} or
@@ -219,6 +221,9 @@ def test_a_hostile_run_executes_nothing_and_shows_its_payloads_as_text(browser, 
     assert found == []
     for payload in PAYLOADS:
         assert payload in shown
+    goto(browser, "#memory/0/1")  # conv-1 (after the payload-named sample): keys a plain JS object would mistake
+    names = [li.text.split(" ")[0] for li in browser.find_elements(By.CSS_SELECTOR, ".conceptlist li")]
+    assert "__proto__" in names and "constructor" in names
 
 
 def test_the_hostile_check_fails_on_a_view_that_does_not_escape(browser, hostile, listener):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from scgmem.scoring.metrics import evidence_recall
 from tests.report import rec, rescored, write_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,16 +55,21 @@ def hostile_runs(root: Path) -> list[Path]:
             r = rec("conv-1" if i < 5 else payload(4), i, [1, 2, 4, 5][i % 4], [1.0, 0.5, 0.0][i % 3])
             r = rescored({**r, "question": payload(i), "reference": payload(i + 1),
                           "prediction": payload(i + 2) + " " + r["prediction"]})
-            r.update(reply=payload(i + 5), answer_parsed=False, retrieved=["D1:1", payload(i + 6)], evidence=["D1:1", "D1:3"],
-                     evidence_recall=0.5, qa_steps=[payload(i + 7)])
+            r.update(reply=payload(i + 5), answer_parsed=False, retrieved=["D1:1", payload(i + 6), "toString"],
+                     evidence=["D1:1", "D1:3", "__proto__"],
+                     qa_steps=[payload(i + 7)])
+            r["evidence_recall"] = evidence_recall(r["evidence"], r["retrieved"])
             if keyed:
-                r.update(seed_keys=[payload(0), "c1"], context_keys=[payload(0), "c1", payload(3)],
+                r.update(seed_keys=[payload(0), "c1"], context_keys=[payload(0), "c1", payload(3), "__proto__"],
                          generated_keys=[payload(0), payload(5)])
             records.append(r)
         run = write_run(root / f"run{len(runs)}", model=payload(8), method=method, records=records,
                         method_cfg={"k": 3, "hops": 1, "temperature": 1.0, "note": payload(9)})
-        memory = ({"n_turns": 4, "concepts": {payload(0): ["D1:1", "D1:2"], "c1": ["D1:1", "D1:3"], payload(3): ["D1:3"]},
-                   "edges": [[payload(0), "c1", 2.0], ["c1", payload(3), 1.0]]} if keyed else
+        # "__proto__" and "constructor": keys a JS object literal or a plain {} lookup would mistake
+        memory = ({"n_turns": 4, "concepts": {payload(0): ["D1:1", "D1:2"], "c1": ["D1:1", "D1:3"], payload(3): ["D1:3"],
+                                              "__proto__": ["D1:4"], "constructor": ["D1:4"]},
+                   "edges": [[payload(0), "c1", 2.0], ["c1", payload(3), 1.0], ["__proto__", "constructor", 1.0],
+                             ["c1", "__proto__", 0.5]]} if keyed else
                   {"summary": payload(2), "notes": [{"dia_id": "D1:1", "content": payload(i), "keywords": [payload(5)]}
                                                     for i in range(4)]})
         (run / "memory").mkdir()

@@ -8,8 +8,8 @@ Layout of OUT:
     data/t<c>.js       conversation c's turns (speaker, text, date) from the data file
     data/r<i>_c<c>.js  run i x conversation c: records' details, recall paths, memory export
 File names carry indices only, never a name from a run. Each data file is one call
-`SCGV.receive("<name>", <JSON>)`: JSON written by json.dumps with ASCII escapes is a JS literal,
-and the page puts every string into the DOM as text (view.js `SCGV.txt`).
+`SCGV.receive("<name>", JSON.parse("<JSON>"))` (`_script`), and the page puts every string into the
+DOM as text (view.js `SCGV.txt`).
 """
 from __future__ import annotations
 
@@ -32,8 +32,11 @@ MARKER = ".scgmem-view"  # a folder holding it was written by this command and m
 
 
 def _script(name: str, obj) -> str:
+    """`SCGV.receive("<name>",JSON.parse("<JSON>"))`: parsed, not evaluated as a JS literal, so a key
+    "__proto__" from a run stays a key (a literal would set the object's prototype); ASCII escapes
+    keep every character of the file plain."""
     payload = json.dumps(obj, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
-    return f"SCGV.receive({json.dumps(name)},{payload});\n"
+    return f"SCGV.receive({json.dumps(name)},JSON.parse({json.dumps(payload)}));\n"
 
 
 def _prepare(out: Path) -> Path:

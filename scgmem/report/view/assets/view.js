@@ -10,6 +10,11 @@ var SCGV = (function () {
 
   // The one place data becomes DOM: a text node (tests swap it for an HTML-parsing variant to
   // show that the hostile-payload test fails on a view that does not escape).
+  // Lookups by a key from a run ("__proto__" and "constructor" are keys like any other): own
+  // properties only, and maps built here have no prototype.
+  S.own = function (o, k) { return o && Object.prototype.hasOwnProperty.call(o, k) ? o[k] : undefined; };
+  S.map = function () { return Object.create(null); };
+
   S.txt = function (s) { return document.createTextNode(s === null || s === undefined ? "" : String(s)); };
 
   // h("tag.class", {attr: value, onclick: fn}, [children]): children are nodes or strings (as text).

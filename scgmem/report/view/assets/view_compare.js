@@ -9,7 +9,7 @@
     if (t) return t;
     t = S.index.pairs[b + "," + a];
     if (!t) return null;
-    var out = {};  // B - A stored: flip it
+    var out = S.map();  // B - A stored: flip it
     Object.keys(t).forEach(function (c) {
       var x = t[c];
       out[c] = {n: x.n, diff: -x.diff, ci_low: -x.ci_high, ci_high: -x.ci_low, p_value: x.p_value};
@@ -31,7 +31,7 @@
     var names = Object.keys(ta).filter(function (c) { return Object.prototype.hasOwnProperty.call(tb, c); });
     S.add(main, S.h("table.summary", {id: "compare-categories"}, [S.h("tr", null, ["category", "n (A/B/shared)", "A F1 [95% CI]", "B F1 [95% CI]",
       "A − B paired [95% CI]", "p (two-sided)"].map(function (x) { return S.h("th", null, x); }))].concat(names.map(function (c) {
-      var d = pair && pair[c];
+      var d = S.own(pair, c);
       return S.h("tr", null, [S.h("td", null, c), S.h("td.num", null, ta[c].n + " / " + tb[c].n + " / " + (d ? d.n : 0)),
         S.h("td.num", null, S.num(ta[c].f1) + " " + S.ci(ta[c].ci.f1)), S.h("td.num", null, S.num(tb[c].f1) + " " + S.ci(tb[c].ci.f1)),
         S.h("td.num", null, d ? S.num(d.diff) + " " + S.ci([d.ci_low, d.ci_high]) : "no shared questions"),
@@ -40,7 +40,7 @@
     S.add(main, S.h("p.note", null, "CIs: percentile bootstrap over questions (" + S.index.n_resamples + " resamples, seed " +
       S.index.seed + "), as Table 1; the Average's paired test resamples within each category." +
       (S.index.paired_all ? "" : " Paired tests only against run 0 (many runs).")));
-    var rowsB = {};
+    var rowsB = S.map();
     S.rows(b).forEach(function (r) { rowsB[r.sample + "\u0000" + r.qa_index] = r; });
     var joined = [];
     S.rows(a).forEach(function (r) {

@@ -27,7 +27,7 @@
       state.key = key;
       state.concept = names.slice().sort(function (a, b) { return memory.concepts[b].length - memory.concepts[a].length; })[0];
     }
-    var adj = {};
+    var adj = S.map();
     memory.edges.forEach(function (e) {
       (adj[e[0]] = adj[e[0]] || []).push([e[1], e[2]]);
       (adj[e[1]] = adj[e[1]] || []).push([e[0], e[2]]);
@@ -46,7 +46,7 @@
     S.add(right, [S.h("h3", null, "Around “" + state.concept + "”"), S.drawEgo(state.concept, adj, memory),
       S.h("h4", null, "Turns of “" + state.concept + "” (" + memory.concepts[state.concept].length + ")"),
       S.h("ol.turns", null, memory.concepts[state.concept].map(function (d) {
-        var t = turns ? turns[d] : null;
+        var t = S.own(turns, d);
         return S.h("li.turn", null, [S.h("span.dia", null, d), t ? S.h("span.date", null, t[2]) : null,
           t ? S.h("b", null, t[0] + ": ") : null, t ? t[1] : S.h("span.none", null, "(turn text not in the data file)")]);
       }))]);
@@ -58,13 +58,13 @@
   S.drawEgo = function (centre, adj, memory) {
     var W = 640, R = 240, cx = W / 2, cy = W / 2;
     var nb = (adj[centre] || []).slice().sort(function (a, b) { return b[1] - a[1]; }).slice(0, NEIGHBOURS);
-    var wmax = nb.length ? nb[0][1] : 1, pos = {}, svg = S.svg("svg", {width: W, height: W, viewBox: "0 0 " + W + " " + W,
+    var wmax = nb.length ? nb[0][1] : 1, pos = S.map(), svg = S.svg("svg", {width: W, height: W, viewBox: "0 0 " + W + " " + W,
       "class": "ego", role: "img", "aria-label": "associative graph"});
     nb.forEach(function (e, i) {
       var a = 2 * Math.PI * i / nb.length - Math.PI / 2;
       pos[e[0]] = [cx + R * Math.cos(a), cy + R * Math.sin(a)];
     });
-    var inner = {};
+    var inner = S.map();
     nb.forEach(function (e) { inner[e[0]] = true; });
     nb.forEach(function (e) {
       (adj[e[0]] || []).forEach(function (f) {

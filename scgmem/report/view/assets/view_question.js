@@ -4,7 +4,7 @@
 "use strict";
 (function (S) {
   function turnLine(turns, d, cls, extra) {
-    var t = turns ? turns[d] : null;
+    var t = S.own(turns, d);
     return S.h("li.turn" + (cls ? "." + cls : ""), null, [
       S.h("span.dia", null, d), cls === "ev" || cls === "missing" ? S.h("span.tag", null, cls === "ev" ? "evidence" : "missing evidence") : null,
       t ? S.h("span.date", null, t[2]) : null, t ? S.h("b", null, t[0] + ": ") : null,
@@ -59,12 +59,12 @@
     var others = Object.keys(f).filter(function (x) { return ["prompt_tokens", "context_tokens", "context_turns"].indexOf(x) < 0; });
     if (others.length) S.add(main, S.h("details", null, [S.h("summary", null, "other stored fields (" + others.length + ")"),
       kv(others.map(function (x) { return [x, S.h("pre", null, show(f[x]))]; }))]));
-    var evidence = d.evidence || [], got = {};
+    var evidence = d.evidence || [], got = S.map();
     d.retrieved.forEach(function (x) { got[x] = true; });
     S.add(main, S.h("h3", null, "Retrieved turns (" + d.retrieved.length + "), evidence marked"));
     if (!turns) S.add(main, S.h("p.none", null, "The data file is not on this machine: turn text is not shown."));
     S.add(main, S.h("ol.turns", {id: "retrieved"}, d.retrieved.map(function (x) {
-      var via = d.path && d.path.turns[x] ? d.path.turns[x].map(function (i) { return d.context_keys[i]; }) : [];
+      var via = d.path && S.own(d.path.turns, x) ? d.path.turns[x].map(function (i) { return d.context_keys[i]; }) : [];
       var concepts = via.length ? S.h("span.via", null, " ← " + via.join(", ")) : null;
       return turnLine(turns, x, evidence.indexOf(x) >= 0 ? "ev" : "", concepts);
     })));
@@ -109,14 +109,14 @@
   // The picture: three columns; edges seed -> concept (width by P), concept -> turn; evidence turns
   // green when retrieved, red when missing (linked from the active concepts that ground them).
   S.drawPath = function (p, d, keys) {
-    var ev = {}, W = 980, X = [10, 330, 650], H = 18, TOP = 34;
+    var ev = S.map(), W = 980, X = [10, 330, 650], H = 18, TOP = 34;
     d.evidence.forEach(function (x) { ev[x] = true; });
     var nSeeds = keys.length - p.reached.length;  // context_keys: the active seeds first
     var turnIds = Object.keys(p.turns).concat(p.evidence.filter(function (e) { return !e.retrieved; }).map(function (e) { return e.dia_id; }));
     var height = Math.max(nSeeds, p.reached.length, turnIds.length) * H + TOP + 6;
     var svg = S.svg("svg", {width: W, height: height, viewBox: "0 0 " + W + " " + height, "class": "path", role: "img",
       "aria-label": "recall path", id: "recall-path"});
-    var gEdges = S.svg("g"), gNodes = S.svg("g"), at = {}, turnY = {};
+    var gEdges = S.svg("g"), gNodes = S.svg("g"), at = S.map(), turnY = S.map();
     svg.appendChild(S.svg("text", {x: X[0], y: 14, "class": "colhead"}, "seeds (" + nSeeds + ")"));
     svg.appendChild(S.svg("text", {x: X[1], y: 14, "class": "colhead"}, "reached by propagation (" + p.reached.length + ")"));
     svg.appendChild(S.svg("text", {x: X[2], y: 14, "class": "colhead"}, "turns in the context (" + Object.keys(p.turns).length +
@@ -144,10 +144,10 @@
     }
     for (var s = 0; s < nSeeds; s++) label(X[0], at[s][1], keys[s], "node seed", keys[s]);
     p.reached.forEach(function (r) { label(X[1], at[r[0]][1], keys[r[0]], "node", keys[r[0]] + (r[3] !== null ? " P=" + S.num(r[3], 3) : "")); });
-    var grounding = {};  // missing evidence -> the concepts that ground it but were not active
+    var grounding = S.map();  // missing evidence -> the concepts that ground it but were not active
     p.evidence.forEach(function (e) { grounding[e.dia_id] = e.other; });
     turnIds.forEach(function (t) {
-      var miss = !p.turns[t], text = t + (ev[t] ? (miss ? "  missing evidence" : "  evidence") : "");
+      var miss = !S.own(p.turns, t), text = t + (ev[t] ? (miss ? "  missing evidence" : "  evidence") : "");
       if (miss && grounding[t] && grounding[t].length) text += " · not active: " + grounding[t].join(", ");
       label(X[2], turnY[t], text, "node " + (ev[t] ? (miss ? "missing" : "ev") : "turn"), text, 52);
     });
