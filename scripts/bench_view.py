@@ -136,11 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         build_s = time.perf_counter() - started
         browser = start_browser()
         try:
-            last = len(json.loads((page.parent / "data" / "index.js").read_text()[len('SCGV.receive("index",'):-3])
-                       ["rows"][0]) - 1
             rows = []
             for _ in range(args.repeat):
                 ready, painted = open_ms(browser, page)
+                last = browser.execute_script("return SCGV.index.rows[0].length - 1")  # the last conversation's
                 row = {"list_built_ms": ready, "open_ms": painted,
                        "question_ms": route_ms(browser, f"#q/0/{last}", "body[data-view=q] #retrieved"),
                        "memory_ms": route_ms(browser, "#memory/0/0", "body[data-view=memory] #main h2")}
