@@ -167,3 +167,15 @@ def test_a_judge_folder_attaches_its_labels_to_the_run_it_names(tmp_path, capsys
     assert main(["view", "--runs", str(run), "--out", str(tmp_path / "site2"), "--judge", str(folder)]) == 2
     err = capsys.readouterr().err.strip()
     assert "judge_summary.json: run_dir" in err and "not one of the runs" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("temperature", [0.0, -1.0, "warm"])
+def test_a_temperature_the_recall_path_cannot_use_is_refused(tmp_path, capsys, temperature):
+    run = hostile_runs(tmp_path / "runs")[0]
+    summary = json.loads((run / "summary.json").read_text())
+    summary["config"]["method"]["temperature"] = temperature
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / ".hydra" / "config.yaml").unlink()
+    assert main(["view", "--runs", str(run), "--out", str(tmp_path / "site"), "--n-resamples", "20"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "config.method.temperature" in err and "\n" not in err

@@ -18,7 +18,7 @@ from scgmem.api.paths import is_safe_name
 from scgmem.harness.checked_run import category_mapping
 from scgmem.harness.judging import read_judgements
 from scgmem.harness.safe_files import read_json_file
-from scgmem.harness.untrusted import StoredFileError, need_dict, need_int, need_str
+from scgmem.harness.untrusted import StoredFileError, need_dict, need_int, need_number, need_str
 from scgmem.report.collect import NoRunsError, Run, shown_path
 from scgmem.report.view.recall_path import Graph, recall_path
 
@@ -140,8 +140,10 @@ def conversation_details(run: Run, sample_id: str, settings: dict) -> dict:
     schema = memory is not None and "edges" in memory
     graph = Graph(memory) if schema else None
     labels = judge_labels(run.__dict__.get("judge_dir", run.run_dir)) if run.judge else {}
-    temperature = float(settings.get("temperature") or 1.0)
-    hops = int(settings.get("hops") if settings.get("hops") is not None else 1)
+    if graph is not None:  # SCG-Mem's T and hops draw the path; named as checked_run names config fields
+        where = run.run_dir / "summary.json"
+        temperature = need_number(settings.get("temperature", 1.0), where, "config.method.temperature", 1e-6, 1e6)
+        hops = need_int(settings.get("hops", 1), where, "config.method.hops", 0, 1000)
     records = {}
     for r in run.records:
         if r["sample_id"] != sample_id:
