@@ -165,6 +165,11 @@
       return;
     }
     var items = d.items || [];
+    if (!d.retrieved.length) {
+      S.add(main, S.h("p.note", null, "The record's retrieved list is empty: no turn went into the context by its id. " +
+        "The memory export (Memory) holds what the method keeps."));
+      return;
+    }
     S.add(main, S.h("p.note", null, items.length ? "The run stores the retrieved dia_ids, not the items; these are the items of its memory " +
       "export that hold them (" + items.length + ")." : "No item of its memory export names a retrieved dia_id, so the items behind " +
       "the retrieved turns cannot be told; its stored fields (above) and its memory (Memory) are what the run keeps."));
