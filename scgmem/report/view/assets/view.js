@@ -116,7 +116,8 @@ var SCGV = (function () {
     var page = Math.min(S.pages[id] || 0, Math.max(0, Math.ceil(rows.length / S.PAGE) - 1));
     rows = rows.slice(page * S.PAGE, (page + 1) * S.PAGE);
     rows.forEach(function (r) {
-      var tr = S.h("tr", {tabindex: 0, onclick: function () { location.hash = rowLink(r); }}, cols.map(function (c) {
+      var tr = S.h("tr", {tabindex: 0, onclick: function () { location.hash = rowLink(r); },
+        onkeydown: function (e) { if (e.key === "Enter") location.hash = rowLink(r); }}, cols.map(function (c) {
         var v = c.get ? c.get(r) : r[c.key];
         return S.h("td" + (c.num ? ".num" : "") + (c.cls ? "." + c.cls(r) : ""), null, c.fmt ? c.fmt(v, r) : v);
       }));
