@@ -21,7 +21,7 @@ sweep_dir = $(or $(SWEEP),$(OUT)/multirun/$(1))
 .PHONY: help install data prepare-model run test test-slow bench bench-full clean device-check device-wheels \
         vllm-install vllm vllm-stop llamacpp llamacpp-stop \
         bench-served bench-engine bench-attention bench-score-head bench-gpu-shared reproduce-times locomo-audit \
-        reproduce-table1 reproduce-table2 reproduce-fig3 reproduce-fig4 report
+        reproduce-table1 reproduce-table2 reproduce-fig3 reproduce-fig4 report browser bench-view
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -131,6 +131,17 @@ reproduce-fig4: ## Figure 4: hops 0, 1, 2, then the figure
 
 report: ## every experiment's tables and figures from the newest sweeps (results/tables, results/figures)
 	$(BIN)/scgmem-report all
+
+VIEW_RUNS ?= results/embedded/locomo_full
+bench-view: ## the run viewer in headless Chromium: opening time and size (docs/viewer.md); VIEW_RUNS="A B" SCREENSHOTS=docs/viewer
+	$(BIN)/python -m scripts.bench_view --runs $(VIEW_RUNS) $(if $(SCREENSHOTS),--screenshots $(SCREENSHOTS))
+
+# apt needs root: sudo when not root (CI and these machines run as root)
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+browser: ## headless Chromium and its driver from Debian's packages (the run viewer's browser tests); quick when installed
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then chromium --version 2>/dev/null; \
+	else $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
+	  --no-install-recommends chromium chromium-driver; fi
 
 clean: ## remove run outputs and caches (keeps the venv and the data)
 	rm -rf outputs multirun .cache/memory results/runs

@@ -43,6 +43,9 @@ ELSEWHERE = {
     "bench-gpu-shared": "CUDA only; its CPU dry run is phase 2 of device-check's dry run (SLOW here)",
     "vllm-install": "downloads vLLM", "vllm": "starts a vLLM server", "vllm-stop": "stops that server",
     "llamacpp": "starts a llama.cpp server", "llamacpp-stop": "stops that server",
+    "browser": "installs Debian packages with apt; tests/report/test_view_browser.py runs on what it installs",
+    "bench-view": "needs Chromium (`make browser`); tests/report/test_view_browser.py drives it through "
+                  "scripts.bench_view.start_browser",
 }
 
 

@@ -9,6 +9,7 @@
     scgmem-report merge --out DIR RUN_A RUN_B   # shards of one run (split by data.samples) -> one run
     scgmem-report rescore RUN_DIR --gold original --gold audited   # a run's answers under each gold
     scgmem-report judge RUN_DIR [--model M] [--runs N]   # LLM judge (J) on a finished run (report/judged.py)
+    scgmem-report view --runs RUN [RUN ...] --out DIR      # a static site to browse answers (report/view/)
 
 Tables go to <out>/tables/ (table1.md/.csv/.tex and table1_paired.csv), figures to
 <out>/figures/. `table1` also draws the cost-vs-F1 chart of its runs. Exit code 2 with one
@@ -39,6 +40,7 @@ HELP = {"table1": "Table 1 beside the paper, CIs, paired bootstrap; and the cost
         "merge": "merge the run directories of one command sharded by data.samples into one",
         "costs": "one row per run: scores, evidence recall, seconds, LLM calls and tokens, deviations",
         "rescore": "score a finished run's stored answers again under data.gold=original|audited (no rerun)",
+        "view": "a static site (offline, file://) to see runs question by question, memories, two runs paired",
         "claims": "the paper's claims (Table 1, Table 2, Figures 3-4) as paired tests on runs of the same questions"}
 
 
@@ -119,6 +121,17 @@ def parser() -> argparse.ArgumentParser:
     merge.add_argument("runs", nargs="+", help="the shards' run directories (each holding summary.json)")
     merge.add_argument("--out", required=True, help="the new run directory (must not hold a run)")
     judged.add_parser(sub)
+    view = sub.add_parser("view", help=HELP["view"])
+    view.add_argument("--runs", nargs="+", required=True,
+                      help="run directories or folders of runs (a sweep); each run directory holds summary.json")
+    view.add_argument("--out", required=True, help="the site's folder (new, or one this command wrote); open OUT/index.html")
+    view.add_argument("--data", default=None, help="the LoCoMo file for the turns' text (default: the runs' data.path)")
+    view.add_argument("--judge", nargs="+", default=(), metavar="DIR",
+                      help="folders `scgmem-report judge --out DIR` wrote for one of the runs (its labels shown)")
+    view.add_argument("--serve", type=int, nargs="?", const=8600, default=None, metavar="PORT",
+                      help="also serve the site on 127.0.0.1:PORT (default port %(const)s) until Ctrl-C")
+    view.add_argument("--n-resamples", type=int, default=N_RESAMPLES, help="bootstrap resamples (default: %(default)s)")
+    view.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
     for name in (*EXPERIMENTS, "all"):
         s = sub.add_parser(name, help=HELP[name])
         if name != "all":
@@ -177,6 +190,8 @@ def _command(args, argv: list[str] | None) -> int:
         return _rescore(args, argv)
     if args.command == "judge":
         return _judge(args)
+    if args.command == "view":
+        return _view(args)
     experiments = EXPERIMENTS if args.command == "all" else (args.command,)
     if args.command == "all":
         args.runs = None
@@ -212,6 +227,22 @@ def _rescore(args, argv: list[str] | None) -> int:
         return 2
     for path in paths:
         print(path)
+    return 0
+
+
+def _view(args) -> int:
+    """`scgmem-report view`: OUT/index.html and its data; with --serve, served until Ctrl-C."""
+    from scgmem.api.data_source import DataError
+    from scgmem.report.view import build_site, serve
+    try:
+        page = build_site(args.runs, args.out, args.data, n_resamples=args.n_resamples, seed=args.seed,
+                          judges=args.judge)
+    except (NoRunsError, DataError, ValueError) as e:
+        print(f"error: view: {e}", file=sys.stderr)
+        return 2
+    print(page)
+    if args.serve is not None:
+        serve(page.parent, args.serve)
     return 0
 
 
