@@ -191,6 +191,18 @@ def test_an_engine_dialect_imports_neither_torch_nor_transformers():
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
+def test_the_method_core_imports_no_torch():
+    """scgmem/core reads like the paper's Section 3 and runs on any backend: importing it loads
+    neither torch nor transformers (the trie builds its mask tensors only when the local backend asks)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, scgmem.core.decoding, scgmem.core.method, scgmem.core.recall; "
+             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
 def test_the_llm_interface_depends_on_no_implementation():
     """scgmem/llm/protocol.py is the interface every backend implements (the local one, the
     scripted fake, a server client): it may import no backend, so no cycle runs through it."""

@@ -25,11 +25,17 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
-
-import torch
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from scgmem.llm.constraint_spec import NO_NODE  # what `child` returns when prefix + token is not a path
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where a mask is built, not with the module: the schema, the key rule and the
+# served backend's grammar never touch a tensor, and `import scgmem.core` stays light (no torch,
+# ~1 s) for them; only the local backend's masking processor asks `allowed` / `dense_allowed`
+# (scgmem/llm/local/schema_processor.py declares them as its `MaskIndex`).
 
 
 class TokenTrie:
@@ -103,6 +109,8 @@ class TokenTrie:
         if dense is not None:
             dense[token] = True
         elif len(children) >= self.dense_threshold:
+            import torch
+
             row = torch.zeros(self.vocab_size, dtype=torch.bool)  # (vocab,)
             row[torch.tensor(list(children), dtype=torch.long)] = True
             self._dense[node] = row
@@ -116,6 +124,8 @@ class TokenTrie:
         """Sorted ids of the tokens that may follow `node`, a (n,) long tensor (cached)."""
         cached = self._allowed[node]
         if cached is None:
+            import torch
+
             cached = torch.tensor(sorted(self._children[node]), dtype=torch.long)
             self._allowed[node] = cached
         return cached

@@ -21,13 +21,28 @@ A finished row only pads (EOS or the pad token).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Sequence
+from typing import Protocol, Sequence, runtime_checkable
 
 import torch
 from transformers import LogitsProcessor
 
 from scgmem.llm.key_rule import DEAD, FINISHED, Allowed, RowState
 from scgmem.llm.local.key_tracker import KeyTracker, prompt_key
+
+@runtime_checkable
+class MaskIndex(Protocol):
+    """What the masking rows read off a trie beyond `TrieView` (scgmem.llm.constraint_spec): each
+    node's allowed tokens precomputed as tensors. The schema's `TokenTrie` (scgmem/core/schema.py)
+    keeps them up to date at insert time, so a mask row is one copy, not a walk over children."""
+
+    vocab_size: int
+
+    def allowed(self, node: int) -> torch.Tensor:
+        """Sorted ids of the tokens that may follow `node`, a (n,) long tensor."""
+
+    def dense_allowed(self, node: int) -> torch.Tensor | None:
+        """(vocab,) bool row, True where allowed, for a node with many children; else None."""
+
 
 MASK_ROWS_BYTES = 64 << 20  # cached mask rows per call (Qwen2.5's 151,936-token rows: ~440 of them)
 
@@ -97,8 +112,11 @@ class MaskRows:
     """
 
     def __init__(self, tracker: KeyTracker, pad_id: int, max_bytes: int = MASK_ROWS_BYTES) -> None:
+        if not isinstance(tracker.trie, MaskIndex):
+            raise TypeError(f"{type(tracker.trie).__name__} has no precomputed mask rows (allowed, dense_allowed): "
+                            "the local backend masks from a MaskIndex such as scgmem.core.schema.TokenTrie")
         self.tracker = tracker
-        self.trie = tracker.trie
+        self.trie: MaskIndex = tracker.trie
         self.pad_id = int(pad_id)
         self.capacity = max(1, max_bytes // tracker.trie.vocab_size)  # rows of one byte per token
         self._device: torch.device | None = None
