@@ -136,7 +136,7 @@ def test_vllm_read_continue_refuses_malformed_replies(path, value, field):
 
 def test_vllm_read_continue_refuses_a_reply_without_ids():
     reply = broken(broken(VLLM_CONTINUE, ["choices", 0, "token_ids"], DEL), ["choices", 0, "logprobs"], None)
-    with pytest.raises(BadReply, match="neither token_ids nor logprobs.tokens"):
+    with pytest.raises(BadReply, match=r"neither choices\[0\].token_ids nor choices\[0\].logprobs.tokens"):
         VLLMDialect("m").read_continue(reply)
     with pytest.raises(BadReply, match="expected an object"):
         VLLMDialect("m").read_continue([VLLM_CONTINUE])

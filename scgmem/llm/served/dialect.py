@@ -154,6 +154,15 @@ class EngineDialect:
             raise BadReply(f"{self.name}: reply is {type(reply).__name__}, expected an object")
         return reply
 
+    def agreed_ids(self, ids: list[int] | None, other: list[int] | None, ids_field: str, other_field: str) -> list[int]:
+        """The generated ids of a reply that names them twice (an id list and the ids of its log-prob
+        entries, each None where the reply leaves it out): they must agree, and one must be there."""
+        if ids is not None and other is not None and ids != other:
+            raise BadReply(f"{self.name}: {ids_field} {repr(ids)[:60]} disagree with {other_field} {repr(other)[:60]}")
+        if ids is None and other is None:
+            raise BadReply(f"{self.name}: the reply has neither {ids_field} nor {other_field}")
+        return ids if ids is not None else other
+
     def required(self, obj, key: str, where: str):
         """`obj[key]` of a reply, or a BadReply naming the field."""
         if not isinstance(obj, dict) or key not in obj:

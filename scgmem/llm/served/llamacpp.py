@@ -59,9 +59,8 @@ class LlamaCppDialect(EngineDialect):
                 raise BadReply(f"{where}: expected an object")
             ids.append(token_id(entry.get("id"), f"{where}.id"))
             lps.append(number(entry.get("logprob"), f"{where}.logprob"))
-        tokens = reply.get("tokens")
-        if tokens is not None and tokens != [] and tokens != ids:  # junk around the ids is a disagreement too
-            raise BadReply(f"tokens: {tokens[:8]!r} disagree with completion_probabilities ids {ids[:8]}")
+        tokens = reply.get("tokens")  # junk around the ids is a disagreement too; [] is "not sent"
+        ids = self.agreed_ids(None if tokens in (None, []) else tokens, ids, "tokens", "completion_probabilities ids")
         finish = "length" if reply.get("stop_type") == "limit" else "stop"
         return Continuation(ids, lps, finish)
 

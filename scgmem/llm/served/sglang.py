@@ -81,12 +81,7 @@ class SGLangDialect(EngineDialect):
         ids = reply.get("output_ids")
         if ids is not None:
             ids = [token_id(t, f"sglang: output_ids[{i}]") for i, t in enumerate(self.listed(ids, "output_ids"))]
-            if from_logprobs is not None and from_logprobs != ids:
-                raise BadReply("sglang: output_ids disagree with meta_info.output_token_logprobs")
-        elif from_logprobs is not None:
-            ids = from_logprobs
-        else:
-            raise BadReply("sglang: reply has neither output_ids nor meta_info.output_token_logprobs")
+        ids = self.agreed_ids(ids, from_logprobs, "output_ids", "meta_info.output_token_logprobs")
         return Continuation(token_ids=ids, raw_logprobs=None, finish=kind)
 
     # -- raw log-probs at the next position -----------------------------------------------------

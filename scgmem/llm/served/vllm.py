@@ -117,12 +117,7 @@ class VLLMDialect(EngineDialect):
         if ids is not None:
             ids = [token_id(t, f"vllm: choices[0].token_ids[{i}]")
                    for i, t in enumerate(self.listed(ids, "choices[0].token_ids"))]
-            if from_logprobs is not None and from_logprobs != ids:
-                raise BadReply("vllm: choices[0].token_ids disagree with choices[0].logprobs.tokens")
-        elif from_logprobs is not None:
-            ids = from_logprobs
-        else:
-            raise BadReply("vllm: choices[0] has neither token_ids nor logprobs.tokens")
+        ids = self.agreed_ids(ids, from_logprobs, "choices[0].token_ids", "choices[0].logprobs.tokens")
         return Continuation(token_ids=ids, raw_logprobs=None, finish=finish)
 
     # -- raw log-probs at the next position -----------------------------------------------------
