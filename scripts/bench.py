@@ -38,19 +38,20 @@ engine utilization >= 0.8, SCG-Mem on vLLM >= 3x the local backend.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Callable
 
 from scripts.bench_inputs import ROOT, Scale, build_tiny, conversation, load_llm, machine
-from scripts.bench_sweep import bench_full, bench_sweep
+from scripts.bench_sweep import bench_full
 
-PARTS = ("constrained_step", "constraint_host", "prefix_cache", "ingest_tokens", "sweep", "compute_bound", "batching",
-         "served", "engine")
 
 
 def bench_prefix_cache(llm, scale: Scale) -> dict:
@@ -122,82 +123,64 @@ class Bench:
 
     def run(self, part: str) -> dict:
         """Measure one part (its JSON entry)."""
-        scale = self.scale
-        if part == "constrained_step":
-            from scripts.bench_decode_step import bench_constrained_step
+        if part not in PARTS:
+            raise ValueError(f"unknown bench part {part!r}; choose from {', '.join(PARTS)}")
+        return PARTS[part].run(self)
 
-            return bench_constrained_step(self.llm, scale)
-        if part == "constraint_host":
-            from scripts.bench_constraint_step import bench_constraint_host
 
-            return bench_constraint_host(steps=scale.pick(24, 24, 4), reps=scale.pick(9, 3, 1))
-        if part == "prefix_cache":
-            return bench_prefix_cache(self.llm, scale)
-        if part == "ingest_tokens":
-            return bench_ingest_tokens(self.llm, scale)
-        if part == "sweep":
-            return bench_sweep(self.work / "sweep", scale, self.tiny_dir)
-        if part == "compute_bound":
-            from scripts.bench_compute_bound import bench_compute_bound
+def _ingest_rows(tokens: dict) -> list[tuple]:
+    return [("ingest tokens/turn SCG-Mem", tokens["scgmem"]["tokens_per_turn"], ""),
+            ("ingest tokens/turn A-MEM", tokens["amem"]["tokens_per_turn"], ""),
+            ("ingest token ratio SCG-Mem/A-MEM", tokens["ratio_scgmem_over_amem"], "<= 0.5")]
 
-            run_dir = os.environ.get("COMPUTE_BOUND_RUN")
-            return bench_compute_bound(Path(run_dir) if run_dir else None, quick=scale.quick)
-        if part == "batching":
-            from scripts.bench_batching import bench_batching
 
-            return bench_batching(quick=scale.quick, tiny=scale.tiny)
-        if part == "served":
-            from scripts.bench_served import bench_served
+def _cache_rows(cache: dict) -> list[tuple]:
+    return [("prefix cache speedup, shared-context answers", cache["speedup"], ""),
+            ("  identical outputs (of prompts)", cache["identical_outputs"], str(cache["prompts"]))]
 
-            port = os.environ.get("BENCH_SERVED_PORT")
-            return bench_served(scale, port=int(port) if port else None)
-        if part == "engine":
-            from scripts.bench_engine import bench_engine
 
-            return bench_engine(self.work / "engine", scale, self.tiny_dir)
-        raise ValueError(f"unknown bench part {part!r}; choose from {', '.join(PARTS)}")
+@dataclass(frozen=True)
+class Part:
+    """One part of the bench, said once: how it runs, and which rows it prints. A part measured in
+    another script names that module (imported only when the part runs or reports) and its two
+    functions there: `run(module, bench)` and `report_rows(entry)`."""
+
+    run_in: Callable[[object, "Bench"], dict]
+    module: str | None = None
+    rows: Callable[[dict], list[tuple]] | None = None  # a part of this file; else module.report_rows
+
+    def run(self, bench: "Bench") -> dict:
+        return self.run_in(importlib.import_module(self.module) if self.module else None, bench)
+
+    def report(self, entry: dict) -> list[tuple]:
+        return self.rows(entry) if self.rows else importlib.import_module(self.module).report_rows(entry)
+
+
+def _port(name: str) -> int | None:
+    return int(os.environ[name]) if os.environ.get(name) else None
+
+
+PARTS: dict[str, Part] = {
+    "constrained_step": Part(lambda m, b: m.bench_constrained_step(b.llm, b.scale), "scripts.bench_decode_step"),
+    "constraint_host": Part(lambda m, b: m.bench_constraint_host(steps=b.scale.pick(24, 24, 4),
+                                                                 reps=b.scale.pick(9, 3, 1)),
+                            "scripts.bench_constraint_step"),
+    "prefix_cache": Part(lambda m, b: bench_prefix_cache(b.llm, b.scale), rows=_cache_rows),
+    "ingest_tokens": Part(lambda m, b: bench_ingest_tokens(b.llm, b.scale), rows=_ingest_rows),
+    "sweep": Part(lambda m, b: m.bench_sweep(b.work / "sweep", b.scale, b.tiny_dir), "scripts.bench_sweep"),
+    # COMPUTE_BOUND_RUN=<run dir>: that run's compute-bound time and efficiency too
+    "compute_bound": Part(lambda m, b: m.bench_compute_bound(
+        Path(os.environ["COMPUTE_BOUND_RUN"]) if os.environ.get("COMPUTE_BOUND_RUN") else None, quick=b.scale.quick),
+        "scripts.bench_compute_bound"),
+    "batching": Part(lambda m, b: m.bench_batching(quick=b.scale.quick, tiny=b.scale.tiny), "scripts.bench_batching"),
+    "served": Part(lambda m, b: m.bench_served(b.scale, port=_port("BENCH_SERVED_PORT")), "scripts.bench_served"),
+    "engine": Part(lambda m, b: m.bench_engine(b.work / "engine", b.scale, b.tiny_dir), "scripts.bench_engine"),
+}
 
 
 def report_rows(result: dict) -> list[tuple]:
     """Every line the run prints: (measure, value, goal), part by part."""
-    rows = []
-    if "constrained_step" in result:
-        from scripts.bench_decode_step import report_rows as step_rows
-
-        rows += step_rows(result["constrained_step"])
-    if "constraint_host" in result:
-        from scripts.bench_constraint_step import report_rows as host_rows
-
-        rows += host_rows(result["constraint_host"])
-    if "prefix_cache" in result:
-        cache = result["prefix_cache"]
-        rows += [("prefix cache speedup, shared-context answers", cache["speedup"], ""),
-                 ("  identical outputs (of prompts)", cache["identical_outputs"], str(cache["prompts"]))]
-    if "ingest_tokens" in result:
-        tokens = result["ingest_tokens"]
-        rows += [("ingest tokens/turn SCG-Mem", tokens["scgmem"]["tokens_per_turn"], ""),
-                 ("ingest tokens/turn A-MEM", tokens["amem"]["tokens_per_turn"], ""),
-                 ("ingest token ratio SCG-Mem/A-MEM", tokens["ratio_scgmem_over_amem"], "<= 0.5")]
-    if "sweep" in result:
-        from scripts.bench_sweep import report_rows as sweep_rows
-
-        rows += sweep_rows(result["sweep"])
-    if "compute_bound" in result:
-        from scripts.bench_compute_bound import report_rows as compute_rows
-
-        rows += compute_rows(result["compute_bound"])
-    if "batching" in result:
-        from scripts.bench_batching import report_rows as batching_rows
-
-        rows += batching_rows(result["batching"])
-    if "served" in result:
-        from scripts.bench_served import report_rows as served_rows
-
-        rows += served_rows(result["served"])
-    if "engine" in result:
-        from scripts.bench_engine import report_rows as engine_rows
-
-        rows += engine_rows(result["engine"])
+    rows = [row for name, part in PARTS.items() if name in result for row in part.report(result[name])]
     if "full_run" in result:
         rows.append(("full LoCoMo run, minutes", result["full_run"]["wall_min"], "<= 60"))
     return rows
