@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from scgmem.core.schema import NO_NODE, CognitiveSchema, TokenTrie
+from scgmem.core.schema import CognitiveSchema, TokenTrie
 from scgmem.llm.constraint_spec import KeyConstraint
-from scgmem.llm.key_rule import DEAD, KeyRule, RowState
+from scgmem.llm.key_rule import DEAD, DONE, KeyRule, RowState
 from scgmem.llm.protocol import Generation, LanguageModel
 
 
@@ -106,9 +106,10 @@ class KeyReader:
         eos_lp = float("nan") if gen.end_logprob is None else gen.end_logprob
         keys = [self._key(ids, s, e, lp) for s, e, lp in state.keys]
         complete = True
-        if state.node >= 0 and state.key_start < len(ids):  # a key is open: it ended here with EOS?
-            if self.schema.trie.child(state.node, self.schema.terminator) != NO_NODE:
-                key = self._key(ids, state.key_start, len(ids), state.key_logprob + eos_lp)
+        if state.node >= 0 and state.key_start < len(ids):  # a key is open: did the end id end it here?
+            ended = self.rule.step(state, self.rule.eos_ids[0], eos_lp, len(ids))  # the rule's own answer
+            if ended.node == DONE and len(ended.keys) > len(state.keys):
+                key = self._key(ids, state.key_start, len(ids), ended.keys[-1][2])
                 key.n_tokens += 1  # EOS stands in for the terminator
                 keys.append(key)
             else:
