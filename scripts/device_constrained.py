@@ -52,7 +52,7 @@ def measure_constrained(llm, corpus: list[str], sync, *, rows: int = 16, beam_pr
     from transformers import SuppressTokensLogitsProcessor
 
     from scgmem.core.decoding import generate_keys
-    from scgmem.llm.local.constraint import SchemaDecoding
+    from scgmem.llm.local.constraint import LocalKeyConstraint
     from scgmem.core.schema import CognitiveSchema
 
     schema = CognitiveSchema(llm.encode, len(llm.tokenizer), forbidden_ids=llm.eos_token_ids)
@@ -66,12 +66,12 @@ def measure_constrained(llm, corpus: list[str], sync, *, rows: int = 16, beam_pr
     out = {"concepts": len(schema), "trie_nodes": schema.trie.num_nodes}
     for name, batch, width in (("greedy", rows, 1), ("beam", beam_prompts, beams)):
         times: list[float] = []
-        real_call = SchemaDecoding.__call__
+        real_call = LocalKeyConstraint.__call__
 
         def timed_factory(self, prompt_length, n_rows, _real=real_call):
             return [_Timed(p, times, sync) for p in _real(self, prompt_length, n_rows)]
 
-        SchemaDecoding.__call__ = timed_factory
+        LocalKeyConstraint.__call__ = timed_factory
         try:
             generate_keys(llm, schema, prompts[:batch], max_keys=max_keys, num_beams=width)  # warm-up
             times.clear()
@@ -81,7 +81,7 @@ def measure_constrained(llm, corpus: list[str], sync, *, rows: int = 16, beam_pr
             sync()
             constrained_s, steps = time.perf_counter() - start, max(1, len(times))
         finally:
-            SchemaDecoding.__call__ = real_call
+            LocalKeyConstraint.__call__ = real_call
 
         def no_eos(width_, rows_):
             return [SuppressTokensLogitsProcessor(llm.eos_token_ids, device=llm.device)]

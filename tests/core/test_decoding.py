@@ -24,7 +24,7 @@ from tests.core.reference_trie import ReferenceTrie
 
 
 def constraint(trie, prompt_length, *, terminator, eos_ids, pad_id, max_keys=None, distinct=True, **kwargs):
-    """One batch's processor over its own tracker, as `SchemaDecoding` builds it."""
+    """One batch's processor over its own tracker, as `LocalKeyConstraint` builds it."""
     tracker = KeyTracker(trie, terminator=terminator, eos_ids=eos_ids, max_keys=max_keys, distinct=distinct)
     return SchemaConstraint(tracker, prompt_length, pad_id=pad_id, **kwargs)
 

@@ -14,30 +14,30 @@ from typing import Sequence
 
 from transformers import LogitsProcessor
 
-from scgmem.llm.constraint_spec import KeyConstraint, TrieView
+from scgmem.llm.constraint_spec import KeyConstraint
 from scgmem.llm.local.key_tracker import KeyTracker, prompt_key
 from scgmem.llm.local.schema_processor import MaskRows, SchemaConstraint
 
 
-class SchemaDecoding:
-    """The processor factory of one constrained `LLM.generate` call (`processors=` of the backend).
+class LocalKeyConstraint:
+    """A `KeyConstraint` as the processor factory of one constrained `LLM.generate` call
+    (`processors=` of the backend; named "SchemaDecoding" in the settings log).
+
+    One `KeyTracker` (the key-list rule of the constraint, with every generated prefix's state) and
+    one set of mask rows serve the whole call: its batches share the trie.
 
     Args:
-        trie: the schema's token trie.
-        terminator / eos_ids / pad_id: the separator ending a key, the ids that may end the list,
-            the model's padding token.
-        max_keys: keys per generated sequence (None = until EOS).
-        distinct / record_logprobs / scores_are_logprobs: see `KeyRule` and `SchemaConstraint`.
+        constraint: what may be generated (trie, terminator, the one end id, max_keys, distinct,
+            record_logprobs).
+        pad_id: the model's padding token.
+        beams: beam search hands the processors log_softmax scores (transformers' beam search).
     """
 
-    def __init__(self, trie: TrieView, *, terminator: int, eos_ids: Sequence[int], pad_id: int,
-                 max_keys: int | None, distinct: bool = True, record_logprobs: bool = True,
-                 scores_are_logprobs: bool = False) -> None:
-        self.scores_are_logprobs = scores_are_logprobs
+    def __init__(self, constraint: KeyConstraint, *, pad_id: int, beams: bool) -> None:
+        self.scores_are_logprobs = beams
         self.pad_id = pad_id
-        self.record_logprobs = record_logprobs
-        # One tracker and one set of mask rows for the whole call: its batches share the trie.
-        self.tracker = KeyTracker(trie, terminator=terminator, eos_ids=eos_ids, max_keys=max_keys, distinct=distinct)
+        self.record_logprobs = constraint.record_logprobs
+        self.tracker = KeyTracker.of(constraint)
         self.mask_rows = MaskRows(self.tracker, pad_id)
         self.processors: list[SchemaConstraint] = []
 
@@ -55,18 +55,3 @@ class SchemaDecoding:
         """(raw log-prob of each token, raw log-prob of the end id after them); (None, None) when
         the sequence was not tracked (a prompt the processors never saw)."""
         return self.tracker.token_logprobs(prompt_key(prompt_ids, self.pad_id), list(token_ids))
-
-
-class LocalKeyConstraint(SchemaDecoding):
-    """`SchemaDecoding` of a `KeyConstraint` (its one end id).
-
-    Args:
-        constraint: what may be generated.
-        pad_id: the model's padding token.
-        beams: beam search hands the processors log_softmax scores (transformers' beam search).
-    """
-
-    def __init__(self, constraint: KeyConstraint, *, pad_id: int, beams: bool) -> None:
-        super().__init__(constraint.trie, terminator=constraint.terminator, eos_ids=[constraint.end_id],
-                         pad_id=pad_id, max_keys=constraint.max_keys, distinct=constraint.distinct,
-                         record_logprobs=constraint.record_logprobs, scores_are_logprobs=beams)
