@@ -43,6 +43,8 @@ ELSEWHERE = {
     "bench-gpu-shared": "CUDA only; its CPU dry run is phase 2 of device-check's dry run (SLOW here)",
     "vllm-install": "downloads vLLM", "vllm": "starts a vLLM server", "vllm-stop": "stops that server",
     "llamacpp": "starts a llama.cpp server", "llamacpp-stop": "stops that server",
+    "standins": "writes ~320 MB into .cache/standins; tests/harness/test_reproduce_served.py runs it (slow, with "
+                "`reproduce-table1 BACKEND=vllm`) and tests/llm/test_served_vllm_standin.py builds them the same way",
 }
 
 

@@ -47,6 +47,7 @@ class Sweep:
         self.args, self.plans, self.extra = args, plans, extra
         self.lock = threading.Lock()
         self.servers: list = []
+        self.starting: list = []  # server processes, from before their /health wait
         self.runs: list[subprocess.Popen] = []
         self.stopping = threading.Event()
         self.free_gpus = list(args.gpus) or [None]
@@ -83,7 +84,7 @@ class Sweep:
                 print(f"{plan.folder}: starting {self.args.backend}{where} on port {plan.port} "
                       f"(log {logs / (plan.folder + '.log')})", flush=True)
                 server = launcher(self.args.backend).start(plan.spec, port=plan.port, log=logs / f"{plan.folder}.log",
-                                                           gpu=gpu, wait_s=self.args.wait_s)
+                                                           gpu=gpu, wait_s=self.args.wait_s, on_spawn=self.spawned)
                 with self.lock:
                     self.servers.append(server)
                     if self.stopping.is_set():
@@ -113,15 +114,25 @@ class Sweep:
                 print(f"{plan.folder}: server stopped", flush=True)
             self.give_gpu(gpu)
 
+    def spawned(self, proc) -> None:
+        """A server process that is still starting: a signal stops it too (its wait then fails)."""
+        with self.lock:
+            self.starting.append(proc)
+            stop = self.stopping.is_set()
+        if stop:
+            stop_process(proc)
+
     def stop_all(self) -> None:
         """Stop every run and server of this sweep (a signal, a failure of the sweep itself)."""
         self.stopping.set()
         with self.lock:
-            runs, servers = list(self.runs), list(self.servers)
+            runs, servers, starting = list(self.runs), list(self.servers), list(self.starting)
         for proc in runs:
             stop_process(proc, grace_s=30.0)  # a run keeps what it wrote; its rerun resumes
         for server in servers:
             server.stop()
+        for proc in starting:
+            stop_process(proc)
 
     def run(self) -> int:
         workers = max(1, len(self.args.gpus))

@@ -76,7 +76,7 @@ class SleepLauncher(Launcher):
 
     name = "sleep"
 
-    def start(self, spec, *, port, log=None, gpu=None, wait_s=0.0) -> Server:
+    def start(self, spec, *, port, log=None, gpu=None, wait_s=0.0, on_spawn=None) -> Server:
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
         self.started.append((proc, gpu))
         return Server(proc=proc, url=f"http://127.0.0.1:{port}/v1", log=log, overrides=["seed=0"])
@@ -117,7 +117,6 @@ def test_sigterm_stops_the_servers_and_the_runs(tmp_path):
     script = tmp_path / "drive.py"
     script.write_text(f"""
 import sys, subprocess
-sys.path.insert(0, {str(ROOT)!r})
 from tests.harness.test_served_sweep import SleepLauncher
 from scgmem.harness import served_sweep
 from scgmem.harness.served_plan import ModelPlan
@@ -131,7 +130,8 @@ import atexit
 atexit.register(lambda: open({str(tmp_path / 'pids')!r}, "w").write(" ".join(str(p.pid) for p, _ in fake.started)))
 sys.exit(served_sweep.main(["--experiment", "table1", "--backend", "vllm", "--sweep-dir", {str(tmp_path / 'sweep')!r}]))
 """)
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})  # `tests` importable from the script
     for line in proc.stdout:  # the run is started right after this line
         if line.startswith("a@vllm: import time"):
             break

@@ -78,9 +78,13 @@ class Launcher:
         return env
 
     def start(self, spec: ServeSpec, *, port: int, log: Path | None = None, gpu: str | None = None,
-              wait_s: float = 1800.0) -> Server:
+              wait_s: float = 1800.0, on_spawn=None) -> Server:
+        """The server, answering /health within `wait_s` (else killed: EngineStartError). `on_spawn(proc)`
+        is called before the wait, so that a signal during a long start can stop it too."""
         self.check(spec)
         proc = popen_logged(self.command(spec, port), log, env=self.environment(gpu))
+        if on_spawn is not None:
+            on_spawn(proc)
         root = f"http://{spec.host}:{port}"
         wait_healthy(proc, root + self.health, wait_s=wait_s, what=f"{self.name} ({spec.served_name})", log=log)
         return Server(proc=proc, url=root + "/v1", log=log, overrides=run_overrides(root + "/v1"))
