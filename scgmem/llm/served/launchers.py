@@ -142,7 +142,8 @@ class SglangLauncher(Launcher):
     def command(self, spec: ServeSpec, port: int) -> list[str]:
         return [self.python(), "-m", "sglang.launch_server", "--model-path", _weights(spec), "--host", spec.host,
                 "--port", str(port), "--dtype", spec.dtype, "--context-length", str(spec.max_model_len),
-                "--served-model-name", spec.served_name, "--grammar-backend", "llguidance", "--random-seed", "0"]
+                "--served-model-name", spec.served_name, "--grammar-backend", "llguidance", "--random-seed", "0",
+                "--sampling-defaults", "openai"]  # docs/reproduce.md, section 9: not generation_config.json's
 
 
 class LlamacppLauncher(Launcher):
