@@ -129,14 +129,74 @@ def scgmem_run(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def test_scgmem_on_the_standin_builds_the_same_memory_through_vllm(vllm, tmp_path):
+CONCEPTS = ("hiking", "kids", "sunday", "support group", "painting", "sunrise", "lake", "career", "counseling",
+            "mental health", "swimming", "family", "music", "school", "transgender stories", "pottery class")
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+
+
+def test_scgmem_constrained_keys_through_vllm_equal_the_local_backends(vllm, standins):
+    """SCG-Mem's constrained calls (greedy key lists and recall's beam search under the schema trie) on the
+    stand-in: vLLM's keys are the local backend's. A random model's memory from a real run stays empty
+    (its free keywords never parse), so the schema is given here, as the memory would hold it."""
+    import torch
+
+    from scgmem.core.decoding import key_end_id
+    from scgmem.core.schema import CognitiveSchema
+    from scgmem.llm.constraint_spec import KeyConstraint
+
+    local, served = clients(standins["standin-qwen2.5"], vllm["url"], "standin-qwen2.5", run_policy())
+    schema = CognitiveSchema(local.encode, local.vocab_size, forbidden_ids=local.eos_ids)
+    for concept in CONCEPTS:
+        schema.add(concept)
+    constraint = KeyConstraint(schema.trie, terminator=schema.terminator, end_id=key_end_id(local), max_keys=5)
+    prompt = local.render(PROMPT, assistant_prefix="Keywords:")
+    greedy = [llm.generate([prompt], constraint=constraint, max_new_tokens=32, temperature=0.0, seeds=[0])[0][0]
+              for llm in (local, served)]
+    ours, theirs = greedy[1].token_ids, greedy[0].token_ids
+    at = first_divergence(ours, theirs)
+    if at is not None:  # a near-tie of the random model: show its margin, then the keys before it must agree
+        ids = torch.tensor([local.encode(prompt) + theirs[:at]])
+        with torch.no_grad():
+            scores = local.model(ids).logits[0, -1].float().log_softmax(-1)
+        margin = abs(float(scores[theirs[at]] - scores[ours[at]]))
+        print(f"greedy keys diverge at token {at}: local {theirs[at]}, vLLM {ours[at]}, margin {margin:.2e}")
+        assert margin < 1e-3, f"not a near-tie: margin {margin} at token {at}"
+    assert ours[:at] == theirs[:at] and len(ours) > 0
+    assert all(schema.concept_of_tokens(k) is not None for k in _keys(ours[:at], schema.terminator))
+    beams = [llm.generate([prompt], constraint=constraint, max_new_tokens=16, num_beams=4, num_return_sequences=4)[0]
+             for llm in (local, served)]
+    assert [b.token_ids for b in beams[1]] == [b.token_ids for b in beams[0]]
+
+
+def _keys(ids: list[int], terminator: int) -> list[list[int]]:
+    out, cur = [], []
+    for t in ids:
+        if t == terminator:
+            out.append(cur)
+            cur = []
+        else:
+            cur.append(t)
+    return out
+
+
+def test_scgmem_on_the_standin_through_vllm_matches_the_local_run(vllm, tmp_path):
     scgmem_run(tmp_path / "local")
     scgmem_run(tmp_path / "vllm", "backend=vllm", f"backend.llm.base_url={vllm['url']}")
-    ours = json.loads((tmp_path / "vllm" / "memory" / "conv-26.json").read_text())
-    theirs = json.loads((tmp_path / "local" / "memory" / "conv-26.json").read_text())
-    assert ours["concepts"], "an empty memory compares equal to anything"
-    assert ours == theirs
+    ours = (tmp_path / "vllm" / "memory" / "conv-26.json").read_bytes()
+    assert ours == (tmp_path / "local" / "memory" / "conv-26.json").read_bytes()
     summary = json.loads((tmp_path / "vllm" / "summary.json").read_text())
     assert summary["model"] == "standin-qwen2.5@vllm" and summary["backend"] == "vllm"
     assert summary["structural_hallucination_counts"]["outside_schema"] == 0
-    assert summary["generation"]["server"]["constrained_requests"] > 0
+    assert summary["generation"]["server"]["engine"] == "vllm"
+    mine, theirs = (_records(tmp_path / d) for d in ("vllm", "local"))
+    assert sorted(mine) == sorted(theirs) and mine
+    for qa, record in mine.items():
+        for key in ("seed_keys", "context_keys", "retrieved", "prompt_tokens"):
+            assert record[key] == theirs[qa][key], (qa, key)
+
+
+def _records(run_dir: Path) -> dict[int, dict]:
+    return {r["qa_index"]: r for r in map(json.loads, (run_dir / "predictions.jsonl").read_text().splitlines())}
