@@ -50,7 +50,8 @@ class Sweep:
         self.starting: list = []  # server processes, from before their /health wait
         self.runs: list[subprocess.Popen] = []
         self.stopping = threading.Event()
-        self.free_gpus = list(args.gpus) or [None]
+        # one worker per GPU; servers already running (BASE_URLS) all at once; else one model at a time
+        self.free_gpus = list(args.gpus) or [None] * (len(plans) if args.base_urls else 1)
         self.gpu_lock = threading.Lock()
 
     def take_gpu(self):
@@ -135,7 +136,7 @@ class Sweep:
             stop_process(proc)
 
     def run(self) -> int:
-        workers = max(1, len(self.args.gpus))
+        workers = max(1, len(self.free_gpus))
         with ThreadPoolExecutor(max_workers=workers) as pool:
             futures = [pool.submit(self.one, plan) for plan in self.plans]
             try:
