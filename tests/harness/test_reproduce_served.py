@@ -91,7 +91,8 @@ def test_table1_through_vllm_on_both_standins_and_its_resume(tmp_path):
                         "evidence", "retrieved", "evidence_recall", "latency_s", "prompt_tokens"} <= set(record)
             if summary["method"] == "scgmem":
                 assert summary["structural_hallucination_counts"]["outside_schema"] == 0
-                assert json.loads((path.parent / "memory" / "conv-26.json").read_text())["concepts"]
+                # exported (a random model's free keywords never parse: its memory holds no concept)
+                assert json.loads((path.parent / "memory" / "conv-26.json").read_text())["n_turns"] > 0
         assert (sweep / "servers" / f"{model}@vllm.log").stat().st_size > 0
     table = (tree / "results" / "tables" / "table1.md").read_text()
     assert all(f"### {model}@vllm" in table for model in MODELS)
