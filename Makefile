@@ -16,10 +16,26 @@ OUT     ?= results/runs
 # so the same command after a kill, a preemption or a timeout resumes every job; SWEEP=<dir> for another.
 SWEEP   ?=
 sweep_dir = $(or $(SWEEP),$(OUT)/multirun/$(1))
+# How the models are served (configs/backend/): unset or `local` = in this process, as always; `vllm`
+# (or sglang, llamacpp) = one server per model, started, used and stopped by scgmem/harness/served_sweep.py,
+# whose sweep folder is <experiment>-<backend> (results/runs/multirun/table1-vllm). GPUS=0,1,2,3: one
+# server per GPU side by side (none: one after another); BASE_URLS=<url,...>: servers already running,
+# one per model; PORT: the first server's port (model i gets PORT+i).
+BACKEND   ?=
+GPUS      ?=
+BASE_URLS ?=
+PORT      ?= 8100
+served    = $(filter-out local,$(BACKEND))
+# the stand-ins are built (once, ~20 s) when MODELS names one
+standins_first = $(if $(findstring standin-,$(MODELS)),$(BIN)/python -m scgmem.llm.doubles.tiny_real_models)
+exp_dir   = $(if $(served),$(or $(SWEEP),$(OUT)/multirun/$(1)-$(BACKEND)),$(call sweep_dir,$(1)))
+served_sweep = SCGMEM_VLLM_PYTHON=$${SCGMEM_VLLM_PYTHON:-$(abspath $(VLLM_VENV))/bin/python} \
+	$(BIN)/python -m scgmem.harness.served_sweep --experiment $(1) --backend $(BACKEND) --models "$(2)" \
+	--gpus "$(GPUS)" --base-urls "$(BASE_URLS)" --port $(PORT) --sweep-dir $(call exp_dir,$(1)) -- $(SLICE)
 
 .DEFAULT_GOAL := help
 .PHONY: help install data prepare-model run test test-slow bench bench-full clean device-check device-wheels \
-        vllm-install vllm vllm-stop llamacpp llamacpp-stop \
+        vllm-install vllm vllm-stop llamacpp llamacpp-stop standins \
         bench-served bench-engine bench-attention bench-score-head bench-gpu-shared reproduce-times locomo-audit \
         reproduce-table1 reproduce-table2 reproduce-fig3 reproduce-fig4 report browser bench-view
 
@@ -113,21 +129,28 @@ AUDIT ?= /tmp/locomo-audit
 locomo-audit: ## rebuild scgmem/data/locomo_audit.json from a clone of dial481/locomo-audit at AUDIT (scripts/build_locomo_audit.py)
 	$(BIN)/python -m scripts.build_locomo_audit --audit $(AUDIT) --data data/locomo10.json
 
-reproduce-table1: ## Table 1: MODELS x six methods (Hydra multirun), then the report
-	$(RUN) -m +experiment=table1 model=$(MODELS) $(SLICE) hydra.sweep.dir=$(call sweep_dir,table1)
-	$(BIN)/scgmem-report table1 --runs $(call sweep_dir,table1)
+standins: ## the paper models' stand-ins (2-layer random Qwen2/Llama, real tokenizers) into .cache/standins (MODELS=standin-qwen2.5,...)
+	$(BIN)/python -m scgmem.llm.doubles.tiny_real_models
 
-reproduce-table2: ## Table 2: SCG-Mem and its two ablations, then the report
-	$(RUN) -m +experiment=table2 $(if $(filter command line,$(origin MODELS)),model=$(MODELS)) $(SLICE) hydra.sweep.dir=$(call sweep_dir,table2)
-	$(BIN)/scgmem-report table2 --runs $(call sweep_dir,table2)
+reproduce-table1: ## Table 1: MODELS x six methods (Hydra multirun), then the report; BACKEND=vllm: one server per model
+	$(standins_first)
+	$(if $(served),$(call served_sweep,table1,$(MODELS)),$(RUN) -m +experiment=table1 model=$(MODELS) $(SLICE) hydra.sweep.dir=$(call sweep_dir,table1))
+	$(BIN)/scgmem-report table1 --runs $(call exp_dir,table1)
 
-reproduce-fig3: ## Figure 3: k in 5..50, then the figure
-	$(RUN) -m +experiment=fig3 $(if $(filter command line,$(origin MODELS)),model=$(MODELS)) $(SLICE) hydra.sweep.dir=$(call sweep_dir,fig3)
-	$(BIN)/scgmem-report fig3 --runs $(call sweep_dir,fig3)
+reproduce-table2: ## Table 2: SCG-Mem and its two ablations, then the report (BACKEND=vllm: one server per model)
+	$(standins_first)
+	$(if $(served),$(call served_sweep,table2,$(if $(filter command line,$(origin MODELS)),$(MODELS))),$(RUN) -m +experiment=table2 $(if $(filter command line,$(origin MODELS)),model=$(MODELS)) $(SLICE) hydra.sweep.dir=$(call sweep_dir,table2))
+	$(BIN)/scgmem-report table2 --runs $(call exp_dir,table2)
 
-reproduce-fig4: ## Figure 4: hops 0, 1, 2, then the figure
-	$(RUN) -m +experiment=fig4 $(if $(filter command line,$(origin MODELS)),model=$(MODELS)) $(SLICE) hydra.sweep.dir=$(call sweep_dir,fig4)
-	$(BIN)/scgmem-report fig4 --runs $(call sweep_dir,fig4)
+reproduce-fig3: ## Figure 3: k in 5..50, then the figure (BACKEND=vllm: one server per model)
+	$(standins_first)
+	$(if $(served),$(call served_sweep,fig3,$(if $(filter command line,$(origin MODELS)),$(MODELS))),$(RUN) -m +experiment=fig3 $(if $(filter command line,$(origin MODELS)),model=$(MODELS)) $(SLICE) hydra.sweep.dir=$(call sweep_dir,fig3))
+	$(BIN)/scgmem-report fig3 --runs $(call exp_dir,fig3)
+
+reproduce-fig4: ## Figure 4: hops 0, 1, 2, then the figure (BACKEND=vllm: one server per model)
+	$(standins_first)
+	$(if $(served),$(call served_sweep,fig4,$(if $(filter command line,$(origin MODELS)),$(MODELS))),$(RUN) -m +experiment=fig4 $(if $(filter command line,$(origin MODELS)),model=$(MODELS)) $(SLICE) hydra.sweep.dir=$(call sweep_dir,fig4))
+	$(BIN)/scgmem-report fig4 --runs $(call exp_dir,fig4)
 
 report: ## every experiment's tables and figures from the newest sweeps (results/tables, results/figures)
 	$(BIN)/scgmem-report all

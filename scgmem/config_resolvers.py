@@ -8,6 +8,12 @@ so every call is kept short; `paper` = instruct models that end their outputs wi
 generous cap costs nothing. A config without `model.cap_profile` (a method file loaded alone, a
 judge model given as a mapping) reads `embedded`, the caps the methods had before profiles existed.
 
+Two more resolvers serve the `backend` group (configs/backend/): `${model_source:}`, the model
+config's weights as a server or a tokenizer takes them (model.path: a hub id or a folder; the
+embedded model: `embedded`, its prepared folder), and `${model_folder:<model>,<backend>}`, a run's
+folder name (configs/hydra/default.yaml): the model's, with `@<backend>` when it is served, so local
+and served runs of one model never share a folder (and local runs keep their folders of before).
+
 Registered when `scgmem` is imported (scgmem/__init__.py), so every composition that resolves a
 config (the runner, the tests, the report's reading of .hydra/config.yaml) has it.
 """
@@ -45,6 +51,38 @@ def capped_keys(node: DictConfig) -> list[str]:
     return sorted(k for k, v in raw.items() if isinstance(v, str) and v.startswith(f"${{{RESOLVER}:"))
 
 
+class NoModelSource(ValueError):
+    """A model config that names no weights: str(e) is one line naming the model and the field."""
+
+
+def model_source(*, _root_: DictConfig) -> str:
+    """The root config's model as a hub id or folder (`model.path`), or `embedded` for the
+    embedded GGUF model (its de-quantised folder, scgmem/llm/loading.py); one line otherwise."""
+    model = _root_.get("model") or {}
+    path = OmegaConf.select(_root_, "model.path", default=None, throw_on_missing=False) \
+        if not OmegaConf.is_missing(model, "path") else None
+    if isinstance(path, str) and path.strip():
+        return path
+    if model.get("gguf_package"):
+        return "embedded"
+    raise NoModelSource(f"model={model.get('name', '?')}: the model config names no hub id or folder "
+                        "(set model.path, e.g. model.path=Qwen/Qwen2.5-3B-Instruct or a model folder)")
+
+
+def model_folder(model: str, backend: str | None = None) -> str:
+    """A run's folder name: `qwen2.5-3b` on the local backend, `qwen2.5-3b@vllm` served."""
+    return model if backend in (None, "", "local") else f"{model}@{backend}"
+
+
+def standin(name: str) -> str:
+    """The folder of a paper model's stand-in (`make standins`; scgmem/llm/doubles/tiny_real_models.py)."""
+    return str(CONFIG_DIR.parent / ".cache" / "standins" / name)
+
+
+RESOLVERS = {RESOLVER: cap, "model_source": model_source, "model_folder": model_folder, "standin": standin}
+
+
 def register() -> None:
-    if not OmegaConf.has_resolver(RESOLVER):
-        OmegaConf.register_new_resolver(RESOLVER, cap)
+    for name, function in RESOLVERS.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, function)

@@ -46,6 +46,8 @@ ELSEWHERE = {
     "browser": "installs Debian packages with apt; tests/report/test_view_browser.py runs on what it installs",
     "bench-view": "needs Chromium (`make browser`); tests/report/test_view_browser.py drives it through "
                   "scripts.bench_view.start_browser",
+    "standins": "writes ~320 MB into .cache/standins; tests/harness/test_reproduce_served.py runs it (slow, with "
+                "`reproduce-table1 BACKEND=vllm`) and tests/llm/test_served_vllm_standin.py builds them the same way",
 }
 
 

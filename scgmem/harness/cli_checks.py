@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-GROUPS = ("model", "method", "data", "protocol", "embedder", "logger", "experiment", "launcher")
+GROUPS = ("model", "backend", "method", "data", "protocol", "embedder", "logger", "experiment", "launcher")
 
 
 def _search_dirs(argv: list[str], config_dir: Path) -> list[Path]:
@@ -54,7 +54,7 @@ def check_keys(argv: list[str], config_dir: Path) -> str | None:
     from hydra.errors import ConfigCompositionException, HydraException
 
     try:
-        overrides = OverridesParser.create().parse_overrides([a for a in argv if not a.startswith("-")])
+        overrides = OverridesParser.create().parse_overrides([a for a in argv if not a.startswith("-") and "=" in a])  # not --cfg's `job`
     except HydraException:
         return None
     lines = []
@@ -79,7 +79,7 @@ def check_keys(argv: list[str], config_dir: Path) -> str | None:
         return f"{first}{' (' + cause + ')' if cause else ''}"
     except Exception:  # noqa: BLE001 - any other failure is Hydra's to report, as before
         return None
-    return check_base_url(cfg) or check_method_model(cfg)
+    return check_backend(cfg) or check_base_url(cfg) or check_method_model(cfg)
 
 
 def check_base_url(cfg) -> str | None:
@@ -89,8 +89,9 @@ def check_base_url(cfg) -> str | None:
 
     from scgmem.llm.served.http_client import parse_base_urls
 
-    url = OmegaConf.select(cfg, "model.base_url", default=None, throw_on_missing=False)
-    if url is None or url == "???" or "base_url" not in (cfg.get("model") or {}):
+    node = served_node(cfg)
+    url = OmegaConf.select(node, "base_url", default=None, throw_on_missing=False)
+    if url is None or url == "???" or "base_url" not in node:
         return None
     try:
         parse_base_urls(OmegaConf.to_container(url) if OmegaConf.is_config(url) else url)
@@ -126,12 +127,44 @@ def check_method_model(cfg) -> str | None:
     """A method that needs constrained decoding on a served model without a grammar engine, as one line
     from the config alone, before any data, model or embedder loads: a model config with an `engine`
     setting left null."""
-    from omegaconf import OmegaConf
-
     needs = method_needs(cfg)
-    model = cfg.get("model") or {}
-    if needs.constraints and "engine" in model and OmegaConf.select(cfg, "model.engine") is None:
+    model = served_node(cfg)
+    if needs.constraints and "engine" in model and model.get("engine") is None:
         from scgmem.llm.served.engines import needs_engine
 
-        return needs_engine(needs.by)
+        line = needs_engine(needs.by)
+        return line.replace("model.", "backend.llm.") if model is not cfg.get("model") else line
+    return None
+
+
+def served_node(cfg):
+    """The node a run instantiates as its model: `backend.llm` when a served backend is chosen, else
+    `model` (scgmem/harness/run.py, llm_node; repeated here so the checks import nothing heavy)."""
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.select(cfg, "backend.llm", default=None)
+    return node if node is not None else (cfg.get("model") or {})
+
+
+def check_backend(cfg) -> str | None:
+    """A served backend on a model config that is already a server's (model=vllm backend=vllm), or on
+    one that names no weights, or whose client settings do not resolve: one line, before anything
+    loads and before any server starts."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    backend = cfg.get("backend") or {}
+    if backend.get("llm") is None:
+        return None
+    name = backend.get("name")
+    if "base_url" in (cfg.get("model") or {}):
+        return (f"backend={name}: this model config is already a server's (model.base_url); choose backend=local "
+                "with it, or a model config with a served backend (model=qwen2.5-3b backend=vllm)")
+    try:
+        OmegaConf.to_container(backend.serve, resolve=True)
+        OmegaConf.to_container(backend.llm, resolve=True)
+    except OmegaConfBaseException as e:
+        cause = e.__cause__ if e.__cause__ is not None else e
+        line = " ".join(str(cause).split("\n")[0].split()).split(" full_key:")[0]
+        return line.split("while resolving interpolation: ", 1)[-1]
     return None

@@ -110,12 +110,20 @@ def _job_num() -> int:
     return int(num) if num is not None else 0
 
 
+def llm_node(cfg: DictConfig) -> DictConfig:
+    """The node this job instantiates as its language model: the backend's client (`backend.llm`,
+    configs/backend/) when a server serves the model config, else the model config itself
+    (backend=local: its own `_target_`, the transformers backend for the hub models)."""
+    served = OmegaConf.select(cfg, "backend.llm", default=None)
+    return served if served is not None else cfg.model
+
+
 def _placement(cfg: DictConfig) -> tuple[DictConfig, DictConfig, dict]:
     """The model and embedder nodes this job loads: pinned to one GPU and sized for its share of
     it when `run.pin_gpus` / `run.jobs_per_gpu` ask (`scgmem.harness.gpu_sharing`)."""
     try:
         model, embedder, report = place_job(
-            OmegaConf.to_container(cfg.model, resolve=True), OmegaConf.to_container(cfg.embedder, resolve=True),
+            OmegaConf.to_container(llm_node(cfg), resolve=True), OmegaConf.to_container(cfg.embedder, resolve=True),
             job_num=_job_num(), jobs_per_gpu=cfg.run.get("jobs_per_gpu", 1), pin_gpus=cfg.run.get("pin_gpus", False),
             n_gpus=visible_gpus())
     except ValueError as e:
@@ -239,6 +247,7 @@ def evaluate(cfg: DictConfig) -> dict:
     )
     if judged is not None:
         summary["judge"] = judged
+    summary["backend"] = cfg.get("backend", {}).get("name", "local")  # beside summary["model"]: both choices
     summary["placement"] = placement
     summary["speed_changes"] = speed_changes(run_dir)  # batching changed on a resume (rundir.py)
     write_json_atomic(run_dir / "summary.json", summary)

@@ -37,9 +37,10 @@ IGNORED = {("run", "progress"), ("run", "cache_dir"), ("run", "use_memory_cache"
            ("model", "cache_dir"),
            # how a served model is reached, not what it serves (model=openai_compatible): a run
            # resumes against another server of the same model
-           ("model", "base_url"), ("model", "api_key_env"), ("model", "max_concurrency"), ("model", "max_in_flight"),
-           ("model", "record_requests"), ("model", "timeout_s"),
-           ("model", "retries"), ("model", "backoff_s"),
+           *((*node, key) for node in (("model",), ("backend", "llm"))  # backend=<vllm|url|...>: the same keys
+             for key in ("base_url", "api_key_env", "max_concurrency", "max_in_flight", "record_requests",
+                         "timeout_s", "retries", "backoff_s")),
+           ("backend", "serve", "host"), ("backend", "serve", "port"),
            # the judge labels predictions after they are made (judge.json guards its own labels)
            ("protocol", "judge"),
            # which chunks this process answers, not what any answer is: a shard's directory may be
@@ -72,6 +73,8 @@ ADDED = {
     # state one per profile (issue 27). The profile only picks values that are compared resolved
     # (method.*_tokens, protocol.max_new_tokens), so a run made before it compares as if it held today's.
     "model.cap_profile": lambda cur: cur["model.cap_profile"],
+    # the backend group (configs/backend/): a run made before it ran the model config's own class
+    "backend.name": lambda cur: "local",
 }
 # Settings that no longer exist, by prefix: a stored run.json drops them. model.caps.* named the
 # caps the method and protocol configs read; their resolved values are compared where they act.

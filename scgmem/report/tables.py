@@ -182,7 +182,8 @@ def _add_paper(row: Row, paper: PaperTable, paper_model: str | None, key: str, c
 
 
 def _paper_model(model: str, paper: PaperTable, fallback: str | None) -> str | None:
-    return model if paper.has_model(model) else fallback
+    served = model.split("@", 1)[0]  # a served run's model reads `<model>@<backend>` (configs/backend/)
+    return served if paper.has_model(served) else fallback
 
 
 def _relative(new: float | None, best: float | None) -> float | None:

@@ -184,6 +184,13 @@ def test_model_without_paper_numbers_uses_the_fallback(tmp_path):
     assert none.paper_model is None and [r.key for r in none.rows] == ["amem"]
 
 
+def test_a_served_paper_model_is_compared_with_its_own_paper_numbers(tmp_path):
+    write_run(tmp_path / "r", model="qwen2.5-3b@vllm", method="amem", records=_records("amem"))
+    paper = PaperTable(PAPER_DIR / "table1.csv", "method")
+    block = build_table1(collect(tmp_path), paper, n_resamples=20).blocks[0]
+    assert block.model == "qwen2.5-3b@vllm" and block.paper_model == "qwen2.5-3b"
+
+
 def test_mixed_category_sets_are_refused(tmp_path, paper_csv):
     write_run(tmp_path / "a", model="m", method="amem", records=_records("amem"))
     write_run(tmp_path / "b", model="m", method="scgmem", records=[r for r in _records("scgmem") if r["category"] != 2],

@@ -39,3 +39,53 @@ def build_tiny_real_model(family: str, folder: Path, *, hidden: int = 64, layers
                                                pad_token_id=facts["pad_token_id"])
     model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
     return folder
+
+
+# The stand-ins of the paper models (`make standins`, configs/model/standin-*.yaml): the paper
+# architectures (Qwen2, Llama) at 2 layers and width 256, random weights, the real tokenizers and
+# chat templates. Width 256 with 4 heads gives head_dim 64: vLLM's CPU attention has no kernel for
+# head_dim 16 (width 64), and 256 is what results/served/vllm_vocab.json ran.
+STANDINS = {"standin-qwen2.5": "qwen2.5", "standin-llama3.2": "llama3.2"}
+STANDIN_HIDDEN = 256
+
+
+def standin_dir(name: str, root: Path | None = None) -> Path:
+    """Where `make standins` writes the stand-in `name`: <repository>/.cache/standins/<name>."""
+    if name not in STANDINS:
+        raise ValueError(f"stand-in {name!r} is not one of {', '.join(STANDINS)}")
+    return Path(root or Path(__file__).resolve().parents[3] / ".cache" / "standins") / name
+
+
+def build_standins(root: Path | None = None, names=None) -> list[Path]:
+    """Build each stand-in once (a folder with config.json is kept); returns their folders."""
+    from scgmem.llm.loading import build_dir_once
+
+    out = []
+    for name in names or STANDINS:
+        folder = standin_dir(name, root)
+        build_dir_once(folder, lambda d, n=name: _build_standin(STANDINS[n], d), lambda d: (d / "standin.json").is_file())
+        out.append(folder)
+    return out
+
+
+def _build_standin(family: str, folder: Path) -> None:
+    import json
+
+    build_tiny_real_model(family, folder, hidden=STANDIN_HIDDEN)
+    (folder / "standin.json").write_text(json.dumps({"family": family, "hidden": STANDIN_HIDDEN, "layers": 2,
+                                                     "seed": 0}) + "\n")  # written last: the build is whole
+
+
+def main() -> None:
+    """`python -m scgmem.llm.doubles.tiny_real_models [--root DIR]`: the stand-ins (make standins)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="build the paper models' stand-ins into .cache/standins")
+    parser.add_argument("--root", default=None, help="folder of the stand-ins (default: .cache/standins)")
+    args = parser.parse_args()
+    for folder in build_standins(Path(args.root) if args.root else None):
+        print(f"stand-in ready: {folder}")
+
+
+if __name__ == "__main__":
+    main()

@@ -45,6 +45,18 @@ def wait_healthy(proc: subprocess.Popen, url: str, *, wait_s: float, what: str, 
     raise EngineStartError(f"{what} did not answer {url} within {wait_s:.0f} s{where}")
 
 
+def popen_logged(cmd: list[str], log: Path | str | None, *, env: dict | None = None) -> subprocess.Popen:
+    """Start `cmd` in its own session (so that stopping its group stops its workers), stdout and
+    stderr appended to `log` (discarded without one); every launcher starts its engine here."""
+    out = open(log, "ab") if log else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if log else subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+    finally:
+        if log:
+            out.close()
+
+
 def stop_process(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
     """SIGTERM the process group (the engine's workers too), SIGKILL after `grace_s`."""
     if proc.poll() is not None:

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from scgmem.llm.served.launch import bring_up, wait_healthy
+from scgmem.llm.served.launch import bring_up, popen_logged, wait_healthy
 
 
 def bundled_gguf() -> Path:
@@ -43,19 +43,17 @@ def serve(gguf: str, port: int, *, slots: int, threads: int, n_ctx: int) -> None
         time.sleep(3600)
 
 
+def command(port: int, *, gguf: str | None = None, slots: int = 2, threads: int = 1, n_ctx: int = 8192) -> list[str]:
+    """The server's command line: this module's `serve` in a child interpreter."""
+    return [sys.executable, "-m", "scgmem.llm.served.llamacpp_server", "--port", str(port), "--slots", str(slots),
+            "--threads", str(threads), "--n-ctx", str(n_ctx)] + (["--gguf", gguf] if gguf else [])
+
+
 def start(port: int, *, gguf: str | None = None, slots: int = 2, threads: int = 1, n_ctx: int = 8192,
           wait_s: float = 60.0, log: Path | None = None) -> subprocess.Popen:
     """The server in a child process (its own session), up and answering /health within `wait_s`
     (else killed: `EngineStartError`, a RuntimeError)."""
-    cmd = [sys.executable, "-m", "scgmem.llm.served.llamacpp_server", "--port", str(port), "--slots", str(slots),
-           "--threads", str(threads), "--n-ctx", str(n_ctx)] + (["--gguf", gguf] if gguf else [])
-    out = open(log, "ab") if log else subprocess.DEVNULL
-    try:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
-                                start_new_session=True)
-    finally:
-        if log:
-            out.close()
+    proc = popen_logged(command(port, gguf=gguf, slots=slots, threads=threads, n_ctx=n_ctx), log)
     wait_healthy(proc, f"http://127.0.0.1:{port}/health", wait_s=wait_s, what="llama.cpp server", log=log)
     return proc
 

@@ -40,7 +40,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scgmem.llm.served.launch import EngineStartError, bring_up, stop_pid_file, wait_healthy
+from scgmem.llm.served.launch import EngineStartError, bring_up, popen_logged, stop_pid_file, wait_healthy
 
 REPO = Path(__file__).resolve().parents[3]
 STATE = REPO / ".cache" / "vllm"  # pid file and log of `up`
@@ -97,12 +97,7 @@ def start(port: int, *, model: str | None = None, served_name: str | None = SERV
     model = model or str(embedded_model_dir())
     cmd = command(model, port, python=python, served_name=served_name, dtype=dtype, max_model_len=max_model_len,
                   extra=extra)
-    out = open(log, "ab") if log else subprocess.DEVNULL
-    try:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=environment(), start_new_session=True)
-    finally:
-        if log:
-            out.close()
+    proc = popen_logged(cmd, log, env=environment())
     wait_healthy(proc, f"http://127.0.0.1:{port}/health", wait_s=wait_s, what="vLLM", log=log)
     return proc
 
