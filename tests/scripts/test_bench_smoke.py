@@ -168,7 +168,8 @@ def test_engine(tiny_bench):
     assert run["run"]["requests"] > 0 and run["replay"]["tokens"] > 0
     assert 0 < run["engine_utilization"] and run["local_over_served"] > 0
     assert 0 < run["run"]["busy_share"] <= 1
-    assert run["replay_ordered"]["tokens"] == run["replay"]["tokens"] and run["order_cap"] > 0
+    assert run["replay_causal"]["tokens"] == run["replay"]["tokens"] and run["order_cap"] > 0
+    assert run["run_over_causal"] > 0 and 1 <= run["critical_path"]["requests"] <= run["run"]["requests"]
     assert "llamacpp rag: engine utilization" in tiny_bench["logs"][0]
 
 
