@@ -106,8 +106,11 @@ bench-score-head: ## what the float32 output head costs on a bf16 model (scripts
 bench-gpu-shared: ## GPU: aggregate throughput of 1 vs 4 jobs on one GPU into results/device/gpu_shared (scripts/bench_gpu_shared.py)
 	$(BIN)/python -m scripts.bench_gpu_shared --out results/device/gpu_shared --jobs 1,4
 
-reproduce-times: ## expected hours of the reproduction sweeps, from committed rates (docs/reproduce.md)
-	$(BIN)/python -m scripts.reproduce_times
+BACKEND ?= local
+reproduce-times: ## expected hours of the reproduction sweeps, from committed rates (docs/reproduce.md); BACKEND=vllm: Table 1's H100-hours on vLLM (scripts/gpu_estimate.py)
+	@if [ "$(BACKEND)" = vllm ]; then $(BIN)/python -m scripts.gpu_estimate; \
+	elif [ "$(BACKEND)" = local ]; then $(BIN)/python -m scripts.reproduce_times; \
+	else echo "error: BACKEND=$(BACKEND): choose local or vllm" >&2; exit 2; fi
 
 AUDIT ?= /tmp/locomo-audit
 locomo-audit: ## rebuild scgmem/data/locomo_audit.json from a clone of dial481/locomo-audit at AUDIT (scripts/build_locomo_audit.py)
