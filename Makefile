@@ -94,8 +94,9 @@ bench-full: ## the benchmark plus a full LoCoMo SCG-Mem run
 bench-served: ## SCG-Mem on a llama.cpp server vs the local backend, grammar compile vs concepts (scripts/bench_served.py)
 	OMP_NUM_THREADS=1 $(BIN)/python -m scripts.bench_served
 
-bench-engine: ## engine utilization: each method's recorded requests (model.record_requests=true) replayed at once against the same server (scripts/bench_replay.py; RUNS="<run_dir> ...")
-	$(BIN)/python -m scripts.bench_replay $(RUNS)
+URL ?= http://127.0.0.1:8000
+bench-engine: ## engine utilization: each method's recorded requests (model.record_requests=true) replayed free and along their causal graph against the server at URL (scripts/bench_replay.py; RUNS="<run_dir> ...")
+	$(BIN)/python -m scripts.bench_replay $(RUNS) --url $(URL)
 
 bench-attention: ## decode step per attention implementation, eager and compiled, on this CPU (scripts/bench_attention.py)
 	OMP_NUM_THREADS=1 $(BIN)/python -m scripts.bench_attention --compiled
