@@ -68,7 +68,7 @@ CONSTANTS = {
     "sources": {
         "decode_s_batch1": QWEN, "prefill_tokens_per_s": QWEN + " (input 6,144 vs 1)",
         "batch_slope": "johnmusgrave.com/p/vllm-throughput-latency-sweep-on (Llama-3.1-8B-Instruct BF16, A100 40GB, vLLM 0.23.0)",
-        "h100_speedup": "LambdaLabsML/vllm-benchmark benchmark_v0.md (H100-80GB-SXM vs A100-80GB-SXM, vLLM 0.5-0.6)",
+        "h100_speedup": "github.com/LambdaLabsML/vllm-benchmark, file benchmark_v0 (H100-80GB-SXM vs A100-80GB-SXM, vLLM 0.5-0.6)",
         "grammar_compile_s": "issue 57 text: llguidance compile of a conv-42 key grammar, median of 5, this machine"},
 }
 
