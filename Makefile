@@ -20,7 +20,8 @@ sweep_dir = $(or $(SWEEP),$(OUT)/multirun/$(1))
 .DEFAULT_GOAL := help
 .PHONY: help install data prepare-model run test test-slow bench bench-full clean device-check device-wheels \
         vllm-install vllm vllm-stop llamacpp llamacpp-stop \
-        bench-served bench-engine bench-attention bench-score-head bench-gpu-shared reproduce-times locomo-audit \
+        bench-served bench-engine bench-drive-rate bench-request-cost device-calibrate-vllm \
+        bench-attention bench-score-head bench-gpu-shared reproduce-times locomo-audit \
         reproduce-table1 reproduce-table2 reproduce-fig3 reproduce-fig4 report
 
 help: ## list the targets
@@ -95,6 +96,17 @@ bench-served: ## SCG-Mem on a llama.cpp server vs the local backend, grammar com
 	OMP_NUM_THREADS=1 $(BIN)/python -m scripts.bench_served
 
 URL ?= http://127.0.0.1:8000
+bench-drive-rate: ## how fast the harness drives an engine: recorded runs rerun against their own replies at run.parallel_conversations 10 and 1 (scripts/bench_drive_rate.py; RUNS="<run_dir> ...", PROBE="<folder of a recorded engine probe>")
+	$(BIN)/python -m scripts.bench_drive_rate $(RUNS) $(if $(PROBE),--probe $(PROBE))
+
+bench-request-cost: ## the non-model cost of a request by call kind, on SCG-Mem's recorded conv-26 requests (scripts/bench_request_cost.py)
+	$(BIN)/python -m scripts.bench_request_cost
+
+MODEL ?= Qwen/Qwen2.5-1.5B-Instruct
+NAME ?= qwen2.5-1.5b
+device-calibrate-vllm: ## on a GPU with vLLM, <= 5 min: the GPU estimate's constants for MODEL as NAME (scripts/device_calibrate_vllm.py; then scripts.gpu_estimate --constants)
+	$(BIN)/python -m scripts.device_calibrate_vllm --model $(MODEL) --name $(NAME) --out results/device/vllm_constants_$(NAME).json
+
 bench-engine: ## engine utilization: each method's recorded requests (model.record_requests=true) replayed free and along their causal graph against the server at URL (scripts/bench_replay.py; RUNS="<run_dir> ...")
 	$(BIN)/python -m scripts.bench_replay $(RUNS) --url $(URL)
 
