@@ -36,7 +36,8 @@ served_sweep = SCGMEM_VLLM_PYTHON=$${SCGMEM_VLLM_PYTHON:-$(abspath $(VLLM_VENV))
 .DEFAULT_GOAL := help
 .PHONY: help install data prepare-model run test test-slow bench bench-full clean device-check device-wheels \
         vllm-install vllm vllm-stop llamacpp llamacpp-stop standins \
-        bench-served bench-engine bench-attention bench-score-head bench-gpu-shared reproduce-times locomo-audit \
+        bench-served bench-engine bench-drive-rate bench-request-cost device-calibrate-vllm \
+        bench-attention bench-score-head bench-gpu-shared reproduce-times locomo-audit \
         reproduce-table1 reproduce-table2 reproduce-fig3 reproduce-fig4 report browser bench-view
 
 help: ## list the targets
@@ -110,8 +111,20 @@ bench-full: ## the benchmark plus a full LoCoMo SCG-Mem run
 bench-served: ## SCG-Mem on a llama.cpp server vs the local backend, grammar compile vs concepts (scripts/bench_served.py)
 	OMP_NUM_THREADS=1 $(BIN)/python -m scripts.bench_served
 
-bench-engine: ## engine utilization: each method's recorded requests (model.record_requests=true) replayed at once against the same server (scripts/bench_replay.py; RUNS="<run_dir> ...")
-	$(BIN)/python -m scripts.bench_replay $(RUNS)
+URL ?= http://127.0.0.1:8000
+bench-drive-rate: ## how fast the harness drives an engine: recorded runs rerun against their own replies at run.parallel_conversations 10 and 1 (scripts/bench_drive_rate.py; RUNS="<run_dir> ...", PROBE="<folder of a recorded engine probe>")
+	$(BIN)/python -m scripts.bench_drive_rate $(RUNS) $(if $(PROBE),--probe $(PROBE))
+
+bench-request-cost: ## the non-model cost of a request by call kind, on SCG-Mem's recorded conv-26 requests (scripts/bench_request_cost.py)
+	$(BIN)/python -m scripts.bench_request_cost
+
+MODEL ?= Qwen/Qwen2.5-1.5B-Instruct
+NAME ?= qwen2.5-1.5b
+device-calibrate-vllm: ## on a GPU with vLLM, <= 5 min: the GPU estimate's constants for MODEL as NAME (scripts/device_calibrate_vllm.py; then scripts.gpu_estimate --constants)
+	$(BIN)/python -m scripts.device_calibrate_vllm --model $(MODEL) --name $(NAME) --out results/device/vllm_constants_$(NAME).json
+
+bench-engine: ## engine utilization: each method's recorded requests (model.record_requests=true) replayed free and along their causal graph against the server at URL (scripts/bench_replay.py; RUNS="<run_dir> ...")
+	$(BIN)/python -m scripts.bench_replay $(RUNS) --url $(URL)
 
 bench-attention: ## decode step per attention implementation, eager and compiled, on this CPU (scripts/bench_attention.py)
 	OMP_NUM_THREADS=1 $(BIN)/python -m scripts.bench_attention --compiled
@@ -122,8 +135,10 @@ bench-score-head: ## what the float32 output head costs on a bf16 model (scripts
 bench-gpu-shared: ## GPU: aggregate throughput of 1 vs 4 jobs on one GPU into results/device/gpu_shared (scripts/bench_gpu_shared.py)
 	$(BIN)/python -m scripts.bench_gpu_shared --out results/device/gpu_shared --jobs 1,4
 
-reproduce-times: ## expected hours of the reproduction sweeps, from committed rates (docs/reproduce.md)
-	$(BIN)/python -m scripts.reproduce_times
+reproduce-times: ## expected hours of the reproduction sweeps, from committed rates (docs/reproduce.md); BACKEND=vllm: Table 1's H100-hours on vLLM (scripts/gpu_estimate.py)
+	@if [ "$(BACKEND)" = vllm ]; then $(BIN)/python -m scripts.gpu_estimate; \
+	elif [ -z "$(BACKEND)" ] || [ "$(BACKEND)" = local ]; then $(BIN)/python -m scripts.reproduce_times; \
+	else echo "error: BACKEND=$(BACKEND): choose local or vllm" >&2; exit 2; fi
 
 AUDIT ?= /tmp/locomo-audit
 locomo-audit: ## rebuild scgmem/data/locomo_audit.json from a clone of dial481/locomo-audit at AUDIT (scripts/build_locomo_audit.py)

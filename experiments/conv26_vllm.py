@@ -11,7 +11,7 @@ Both folders hold one run directory per method, named as the method (scgmem, ame
 - seconds: summary.json `timing` ingest_s + answer_s on each side (model loading excluded), and
   local / vLLM;
 - the run's requests (requests.jsonl, or requests.jsonl.gz as packaged; `model.record_requests=true`): count, tokens, mean in flight and
-  the busy share of its span (scripts/bench_replay.run_profile).
+  the busy share of its span (scgmem/llm/served/request_profile.run_profile).
 
 Spans (a method's, the whole table's) leave out pauses: stretches over PAUSE_S with no request in flight,
 where the runs stopped (a crash, a restart) and were resumed; they are reported as paused seconds.
@@ -50,7 +50,7 @@ def answered(run_dir: Path) -> int:
 
 def requests(run_dir: Path) -> list[dict]:
     """The run's recorded requests (none when it has no record)."""
-    from scgmem.llm.served.recorder import read_records
+    from scgmem.llm.served.request_profile import read_records
 
     path, packed = run_dir / "requests.jsonl", run_dir / "requests.jsonl.gz"
     if path.is_file():
@@ -67,7 +67,7 @@ def compare(served_root: Path, local_root: Path) -> dict:
     from scgmem.report.collect import load_run
     from scgmem.report.paired import holm, paired_average
 
-    from scripts.bench_replay import run_profile
+    from scgmem.llm.served.request_profile import run_profile
 
     rows, spans = [], []
     for method in ORDER:

@@ -166,6 +166,11 @@ def test_no_library_module_imports_the_test_doubles(folder):
     assert not problems, "\n".join(problems)
 
 
+def test_experiments_import_no_scripts():
+    problems = _imports_of("experiments", ("scripts",))
+    assert not problems, "\n".join(problems)
+
+
 def test_the_boundary_walker_sees_a_planted_import(tmp_path, monkeypatch):
     """The two rules above can fail: a planted library module importing the doubles is found."""
     name = "planted.py"  # a path built, not written out: the docs-reference check reads paths in tests

@@ -50,6 +50,7 @@ from scgmem.harness.logger import progress_metrics
 from scgmem.harness.run_plan import (INGEST, PROMPT, RECALL, SAMPLING, check_run_settings,  # noqa: F401 (re-exported)
                                      derive_seed, parse_question_shard, read_stored_predictions, rng_for)
 from scgmem.harness.records import USAGE_LOG, PredictionWriter, UsageLog, add_counts, add_usage, write_json_atomic
+from scgmem.harness.safe_files import check_below, open_fd
 from scgmem.llm.scheduler import BatchingFront
 from scgmem.scoring.metrics import evidence_recall
 
@@ -234,7 +235,8 @@ class Pipeline:
         writer = PredictionWriter(pred_path)
         record = getattr(self._llm, "record_requests_to", None)
         if record is not None:  # a served model with model.record_requests: requests.jsonl (the replay bound)
-            record(self.run_dir / "requests.jsonl")
+            # a run file like the others: no link below the run directory, none at the file, no FIFO
+            record(check_below(self.run_dir, self.run_dir / "requests.jsonl"), open_fd)
         usage_log = self.state.usage_log = UsageLog(self.run_dir / USAGE_LOG, records=len(done_records))
         records = list(done_records)
         plan = [(c, self.shard_chunks(scored_questions(c, self.protocol.categories, self.questions_per_category)))

@@ -28,7 +28,7 @@ from scgmem.harness.untrusted import MAX_DEPTH, StoredFileError, parse_json
 # Files and folders the harness (and Hydra for it) writes into a run directory: none may be a
 # symlink, wherever it points. Anything else (wandb's `latest-run`) may link within the directory.
 OWN_NAMES = {"predictions.jsonl", "usage.jsonl", "run.json", "summary.json", "run.log", "memory", ".hydra",
-             "wandb_run.json", "judgements.jsonl", "judge.json", "judge_summary.json", ".run.lock",
+             "wandb_run.json", "requests.jsonl", "judgements.jsonl", "judge.json", "judge_summary.json", ".run.lock",
              "config.yaml", "hydra.yaml", "overrides.yaml"}
 
 # Errors of a full or read-only disk: reported in one line (the runner exits 2), never a traceback.

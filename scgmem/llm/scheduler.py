@@ -41,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from scgmem.llm import causal
 from scgmem.llm.usage import UsageMeter
 
 # Which weight shares a merged call's count among its requests (default: rows).
@@ -85,8 +86,10 @@ class _Worker:
     resumed_at: float = 0.0
     children_left: int = 0
     go: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
+    strand: causal.Strand | None = None  # its causal view (scgmem/llm/causal.py); a sub-job's is a fork's branch
 
     def __post_init__(self) -> None:
+        self.strand = self.strand or causal.Strand(f"c{self.index}")  # a conversation starts with no parents
         # A sub-job acts for its parent: same view of the model, so the same usage meter and phase.
         self.llm = self.parent.llm if self.parent is not None else WorkerLLM(self)
         self.thread = threading.Thread(target=self._main, daemon=True, name=f"scgmem-job-{self.index}")
@@ -95,6 +98,7 @@ class _Worker:
     def _main(self) -> None:
         self.go.acquire()
         self.front._local.worker = self
+        causal.bind(self.strand)
         try:
             if self.front._cancelled:
                 raise Cancelled()
@@ -213,7 +217,8 @@ class BatchingFront:
         concurrent = self._width > 1 or getattr(self.llm, "served", False)
         if parent is None or not concurrent or len(items) <= 1:
             return [fn(x) for x in items]
-        children = [_Worker(parent.index, (lambda x=x: fn(x)), self, parent=parent) for x in items]
+        children = [_Worker(parent.index, (lambda x=x: fn(x)), self, parent=parent, strand=strand)
+                    for x, strand in zip(items, parent.strand.fork(len(items)))]
         at = self._live.index(parent) + 1
         self._live[at:at] = children
         parent.children_left = len(children)
@@ -225,6 +230,7 @@ class BatchingFront:
         if self._cancelled:
             raise Cancelled()
         parent.clock_s += sum(c.clock_s for c in children)  # the sub-jobs' time is the caller's
+        parent.strand.join([c.strand for c in children])
         for c in children:
             if c.error is not None:
                 raise c.error
@@ -302,8 +308,12 @@ class BatchingFront:
     def _attempt(self, members: list[_Worker], concurrent: bool):
         """(outputs, usage delta) of one group's call, or (None, the error)."""
         prompts, kwargs = self._merged([w.request for w in members])
+        # the call's requests are sent from this thread (or the backend's own): on the job's strand.
+        # Merged groups happen only on the local backend, which sends no requests.
+        strand = members[0].strand if len(members) == 1 else causal.Strand("merged")
         try:
-            return self._call(prompts, kwargs, members[0].request.phase, concurrent)
+            with causal.using(strand):
+                return self._call(prompts, kwargs, members[0].request.phase, concurrent)
         except Exception as e:
             return None, e
 

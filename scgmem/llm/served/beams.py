@@ -15,11 +15,11 @@ ranks below every one listed, so the table's top is exact), and refused when its
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 import torch
 
+from scgmem.llm import causal
 from scgmem.llm.key_rule import RowState
 from scgmem.llm.protocol import Generation
 from scgmem.llm.served.dialect import NextTokens, Unsupported
@@ -77,8 +77,8 @@ def beam_search(decoder: KeyDecoder, prompt_ids: Sequence[int], *, num_beams: in
         live = [(i, ids, decoder.rule.allowed(walk)) for i, (ids, _, walk) in enumerate(run) if run_scores[i] > float("-inf")]
         live = [(i, ids, allowed) for i, ids, allowed in live if allowed]
         # the beams' expansions are independent: in flight side by side (the engine batches them)
-        with ThreadPoolExecutor(max_workers=max(1, len(live))) as pool:
-            found = list(pool.map(lambda x: next_logprobs(decoder, prompt + x[1], x[2], keep), live))
+        found = causal.map_threads(lambda x: next_logprobs(decoder, prompt + x[1], x[2], keep), live,
+                                   max_workers=len(live))
         for (i, _, _), lps in zip(live, found):
             for token, lp in lps.items():
                 table[i, token] = lp

@@ -10,9 +10,9 @@ deterministic engine gives the same lists run after run, whatever `model.max_in_
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
+from scgmem.llm import causal
 from scgmem.llm.constraint_spec import KeyConstraint
 from scgmem.llm.protocol import Generation, check_generate_args
 from scgmem.llm.served.beams import beam_search
@@ -60,8 +60,7 @@ class ConstrainedCalls:
                 g.text = decode(g.token_ids).strip()
             return gens, decoder.requests
 
-        with ThreadPoolExecutor(max_workers=min(self.MAX_THREADS, max(1, len(prompt_ids)))) as pool:
-            done = list(pool.map(one, range(len(prompt_ids))))
+        done = causal.map_threads(one, range(len(prompt_ids)), max_workers=min(self.MAX_THREADS, len(prompt_ids)))
         self._local.requests = sum(n for _, n in done)
         with self._lock:
             self.requests += self._local.requests

@@ -38,9 +38,9 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
+from scgmem.llm import causal
 from scgmem.config_resolvers import DEFAULT_CAP_PROFILE, check_cap_profile
 from scgmem.llm.protocol import Generation, Needs, check_generate_args
 from scgmem.llm.chat_template import ChatPolicy, eos_token_ids, render_messages
@@ -222,10 +222,11 @@ class OpenAICompatibleLLM(FreeTextCalls):
     def _meter(self) -> UsageMeter:
         return getattr(self._local, "meter", None) or self.usage
 
-    def record_requests_to(self, path) -> None:
-        """With `model.record_requests`, write every request from now on to `path` (requests.jsonl)."""
+    def record_requests_to(self, path, opener=None) -> None:
+        """With `model.record_requests`, write every request from now on to `path` (requests.jsonl);
+        `opener(path, flags) -> fd` opens it (the pipeline's follows no link: `RequestRecorder`)."""
         if self.record_requests and self.pool.recorder is None:
-            self.pool.recorder = RequestRecorder(path)
+            self.pool.recorder = RequestRecorder(path, opener)
 
     # ------------------------------------------------------------------ tokens
     # The text field of each server's /tokenize: vLLM and SGLang read `prompt`, llama.cpp `content`
@@ -364,9 +365,10 @@ class OpenAICompatibleLLM(FreeTextCalls):
         if max_new_tokens <= 0:
             return [[Generation(text="", n_prompt_tokens=0)] for _ in prompts]
         # threads: one per slot is enough; the pool's limiter bounds the requests of every call at once
-        with ThreadPoolExecutor(max_workers=min(self.max_in_flight, max(1, len(bodies)))) as pool:
-            replies = list(pool.map(lambda ib: self.pool.post(self._openai_prefix + f"/{self._endpoint}", ib[1][0],
-                                                              affinity=ib[0]), enumerate(bodies)))
+        # (each prompt on its own branch of the job's causal strand: scgmem/llm/causal.py)
+        replies = causal.map_threads(lambda ib: self.pool.post(self._openai_prefix + f"/{self._endpoint}", ib[1][0],
+                                                               affinity=ib[0]), list(enumerate(bodies)),
+                                     max_workers=min(self.max_in_flight, max(1, len(bodies))))
         # prompt order, whatever the order of arrival
         return [[self._generation(reply, prefix, stop)] for (_, prefix), reply in zip(bodies, replies)]
 

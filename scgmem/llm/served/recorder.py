@@ -1,12 +1,21 @@
 """A client-side record of every request a served model sends (`model.record_requests: true`).
 
 One JSON line per HTTP request, written to the run directory's requests.jsonl
-(`OpenAICompatibleLLM.record_requests_to`): the path and body sent (enough to send it again), the
-server it went to, wall-clock start and end (seconds since the epoch, the slot of
-`model.max_in_flight` held), and the prompt and completion token counts the reply states.
-`python -m scripts.bench_replay <run_dir> --url ...` re-sends them with no dependencies, which
-bounds what the engine can do for this exact mix of requests (docs/performance.md,
-"Engine utilization").
+(`OpenAICompatibleLLM.record_requests_to`), version 2:
+
+- `id` and `parents`: the request's name in the run's causal graph and the requests whose replies
+  its thread of control had seen when it was sent (scgmem/llm/causal.py: the job's last reply, the
+  fork and join of `llm.map` and of the backend's own threads; a conversation's first request has
+  none). Names depend only on the program, so the graph is the same at any `model.max_in_flight`;
+- `session`: 0 for the first process that wrote the file, +1 for each resume (ids of a resumed
+  session carry the prefix `<session>/`), so a replay knows where the run paused;
+- `server`, `path`, `body` and `reply` (what was sent and what came back: the content-replay server
+  answers with it), wall-clock `start` and `end` (seconds since the epoch, the slot of
+  `model.max_in_flight` held), and the prompt and completion token counts the reply states.
+
+`python -m scripts.bench_replay <run_dir> --url ...` re-sends them (scgmem/llm/served/request_profile.py
+reads the graph). requests.jsonl is a run file like the others: the pipeline opens it without following
+links and refuses special files (`opener`), and a resume first cuts a torn last line.
 
 Token counts, read from the reply as each engine states them:
 - an OpenAI-style `usage` (vLLM, SGLang, llama.cpp's /v1 routes): prompt_tokens / completion_tokens;
@@ -17,16 +26,23 @@ Token counts, read from the reply as each engine states them:
 from __future__ import annotations
 
 import json
+import logging
+import os
 import threading
 from pathlib import Path
+from typing import Callable
 
-RECORD_VERSION = 1
+from scgmem.llm import causal
+
+log = logging.getLogger(__name__)
+
+RECORD_VERSION = 2
 
 
 def reply_tokens(body: dict, reply) -> tuple[int | None, int | None]:
     """(prompt tokens, completion tokens) of one request, as the reply states them (module docstring)."""
     def count(value):
-        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 40 else None
 
     replies = reply if isinstance(reply, list) else [reply]  # SGLang's /generate answers a list for a batch
     prompt = completion = None
@@ -45,21 +61,65 @@ def reply_tokens(body: dict, reply) -> tuple[int | None, int | None]:
     return prompt, completion
 
 
-class RequestRecorder:
-    """Appends one line per request to `path` (thread-safe; lines whole, flushed as written)."""
+def _cut_torn_tail(fd: int, path: Path) -> int:
+    """Cut a last line without its newline (a run killed mid-write) and return the file's size."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    at = size
+    while at > 0:
+        chunk = os.pread(fd, min(at, 1 << 16), max(0, at - (1 << 16)))
+        at -= len(chunk)
+        if (nl := chunk.rfind(b"\n")) >= 0:
+            at += nl + 1
+            break
+    log.warning("%s: cut a torn last line (%d bytes) before appending", path, size - at)
+    os.ftruncate(fd, at)
+    return at
 
-    def __init__(self, path: Path) -> None:
+
+def _last_session(fd: int, size: int) -> int | None:
+    """The `session` of the file's last record, or None (no record, or one without a session)."""
+    tail = os.pread(fd, min(size, 1 << 22), max(0, size - (1 << 22)))
+    last = tail.rstrip(b"\n").rpartition(b"\n")[2]
+    try:
+        session = json.loads(last).get("session") if last else None
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    return session if isinstance(session, int) and not isinstance(session, bool) and 0 <= session < 1 << 20 else None
+
+
+class RequestRecorder:
+    """Appends one line per request to `path` (thread-safe; lines whole, flushed as written).
+
+    `opener(path, flags) -> fd`: how the file is opened (the pipeline passes
+    `scgmem.harness.safe_files.open_fd`: no links, no FIFOs); default os.open."""
+
+    def __init__(self, path: Path, opener: Callable[[Path, int], int] | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")
+        fd = (opener or (lambda p, flags: os.open(p, flags, 0o644)))(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        try:
+            size = _cut_torn_tail(fd, self.path)
+            last = _last_session(fd, size) if size else None
+            self.session = 0 if size == 0 else (last + 1 if last is not None else 1)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._file = os.fdopen(fd, "a", encoding="utf-8")
         self._lock = threading.Lock()
         self.count = 0
 
     def record(self, *, path: str, body: dict, reply, server: str, start: float, end: float) -> None:
+        """One request whose reply just arrived, on the calling thread's causal strand."""
         prompt, completion = reply_tokens(body, reply)
-        line = json.dumps({"v": RECORD_VERSION, "server": server, "path": path, "start": round(start, 6),
-                           "end": round(end, 6), "prompt_tokens": prompt, "completion_tokens": completion,
-                           "body": body}, separators=(",", ":"))
+        rid, parents = causal.current().next_request()
+        if self.session:
+            rid, parents = f"{self.session}/{rid}", [f"{self.session}/{p}" for p in parents]
+        line = json.dumps({"v": RECORD_VERSION, "id": rid, "parents": parents, "session": self.session,
+                           "server": server, "path": path, "start": round(start, 6), "end": round(end, 6),
+                           "prompt_tokens": prompt, "completion_tokens": completion, "body": body, "reply": reply},
+                          separators=(",", ":"))
         with self._lock:
             self._file.write(line + "\n")
             self._file.flush()
@@ -68,21 +128,3 @@ class RequestRecorder:
     def close(self) -> None:
         with self._lock:
             self._file.close()
-
-
-def read_records(path: Path) -> list[dict]:
-    """requests.jsonl's records; a line that is not a record is a one-line ValueError naming file and line."""
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
-            if not isinstance(rec, dict) or not isinstance(rec.get("body"), dict) or not isinstance(rec.get("path"), str) \
-                    or not all(isinstance(rec.get(k), (int, float)) for k in ("start", "end")):
-                raise ValueError(f"{path}:{n}: a request record needs path, body, start and end")
-            out.append(rec)
-    return out

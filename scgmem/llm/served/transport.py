@@ -14,9 +14,9 @@ import logging
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
+from scgmem.llm import causal
 from scgmem.llm.served.http_client import BadServerReply, JsonClient, ServerError, printable
 from scgmem.llm.served.dialect import BadReply, Continuation, EngineDialect, NextTokens, Unsupported
 from scgmem.llm.served.limiter import InFlightLimiter
@@ -112,8 +112,7 @@ class HttpTransport:
         if not chunk or len(allowed) <= chunk:
             return self.next_one(prompt_ids, allowed, top_n)
         parts = [allowed[i:i + chunk] for i in range(0, len(allowed), chunk)]
-        with ThreadPoolExecutor(max_workers=len(parts)) as pool:
-            got = list(pool.map(lambda part: self.next_one(prompt_ids, part, top_n), parts))
+        got = causal.map_threads(lambda part: self.next_one(prompt_ids, part, top_n), parts, max_workers=len(parts))
         merged = NextTokens(complete=all(g.complete for g in got), floor=min(g.floor for g in got))
         for g in got:
             merged.logprobs.update(g.logprobs)
