@@ -17,7 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from scgmem.llm.served.launch import bring_up, wait_healthy
+from scgmem.llm.served.launch import bring_up, open_log, server_argv, wait_healthy
+
+MODULE = "scgmem.llm.served.llamacpp_server"  # what the pid file's command line must run
 
 
 def bundled_gguf() -> Path:
@@ -47,9 +49,9 @@ def start(port: int, *, gguf: str | None = None, slots: int = 2, threads: int = 
           wait_s: float = 60.0, log: Path | None = None) -> subprocess.Popen:
     """The server in a child process (its own session), up and answering /health within `wait_s`
     (else killed: `EngineStartError`, a RuntimeError)."""
-    cmd = [sys.executable, "-m", "scgmem.llm.served.llamacpp_server", "--port", str(port), "--slots", str(slots),
+    cmd = [sys.executable, "-m", MODULE, "--port", str(port), "--slots", str(slots),
            "--threads", str(threads), "--n-ctx", str(n_ctx)] + (["--gguf", gguf] if gguf else [])
-    out = open(log, "ab") if log else subprocess.DEVNULL
+    out = open_log(log) if log else subprocess.DEVNULL
     try:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
                                 start_new_session=True)
@@ -77,7 +79,8 @@ def up(port: int, *, slots: int, threads: int, n_ctx: int) -> None:
     """Start the bundled GGUF's server in the background (pid file), or say that it is up."""
     bring_up("llama.cpp", port, STATE,
              lambda log: start(port, slots=slots, threads=threads, n_ctx=n_ctx, wait_s=120, log=log),
-             stop="make llamacpp-stop", run_line=lambda: run_line(port))
+             stop="make llamacpp-stop", run_line=lambda: run_line(port), ours=server_argv(MODULE, port),
+             model_id=str(bundled_gguf()))
 
 
 def main() -> None:
@@ -96,7 +99,7 @@ def main() -> None:
         elif args.action == "down":
             from scgmem.llm.served.launch import stop_pid_file
 
-            stopped = stop_pid_file(STATE / f"server-{args.port}.pid")
+            stopped = stop_pid_file(STATE / f"server-{args.port}.pid", server_argv(MODULE, args.port))
             print(f"llama.cpp on port {args.port} " + ("stopped" if stopped else "was not running"))
         else:
             serve(args.gguf or str(bundled_gguf()), args.port, slots=args.slots, threads=args.threads,

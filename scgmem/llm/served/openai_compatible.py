@@ -339,10 +339,10 @@ class OpenAICompatibleLLM(FreeTextCalls):
             return [[Generation(text="", n_prompt_tokens=0)] for _ in prompts]
         # threads: one per slot is enough; the pool's limiter bounds the requests of every call at once
         with ThreadPoolExecutor(max_workers=min(self.max_in_flight, max(1, len(bodies)))) as pool:
-            replies = list(pool.map(lambda ib: self.pool.post(self._openai_prefix + f"/{self._endpoint}", ib[1][0],
-                                                              affinity=ib[0]), enumerate(bodies)))
-        # prompt order, whatever the order of arrival
-        return [[self._generation(reply, prefix, stop)] for (_, prefix), reply in zip(bodies, replies)]
+            replies = list(pool.map(lambda ib: self.pool.post_from(self._openai_prefix + f"/{self._endpoint}",
+                                                                   ib[1][0], affinity=ib[0]), enumerate(bodies)))
+        # prompt order, whatever the order of arrival; an error names the server that replied
+        return [[self._generation(reply, prefix, stop, server)] for (_, prefix), (reply, server) in zip(bodies, replies)]
 
     def _generate_constrained(self, prompts, constraint, *, max_new_tokens, temperature, seeds, num_beams,
                               num_return_sequences) -> list[list[Generation]]:
