@@ -33,7 +33,7 @@ def tokenizer():
 
 
 class FakeVLLM:
-    """vLLM's /v1/completions as the probe and the client read it. `grammar_ok=False`: continuations
+    """vLLM's /v1/completions (and llama.cpp's /completion) as the probe and the client read them. `grammar_ok=False`: continuations
     ignore the grammar (the probe refuses). `honour_ids`: how many logprob_token_ids requests are
     answered in full; later ones list one id only (a server that stopped honouring the field)."""
 
@@ -56,10 +56,21 @@ class FakeVLLM:
                 self._send({"data": [{"id": MODEL}]})
 
             def do_POST(self):
-                self._send(outer.answer(json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                self._send(outer.native(body) if self.path == "/completion" else outer.answer(body))
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def native(self, body: dict) -> dict:
+        """llama.cpp's /completion, whose continuations carry log-probs: here renormalised by the
+        grammar (0 for a forced token), not the raw values its next-token list gives."""
+        if "grammar" in body:
+            ids = [int(t) for t in re.findall(r"<\[(\d+)\]>", body["grammar"])][:2]
+            return {"tokens": ids, "stop_type": "eos",
+                    "completion_probabilities": [{"id": t, "logprob": 0.0, "top_logprobs": []} for t in ids]}
+        return {"tokens": [1001], "completion_probabilities": [{"id": 1001, "logprob": -0.5, "top_logprobs": [
+            {"id": 1001, "logprob": -0.5}, {"id": 1000, "logprob": -0.6}]}]}
 
     def answer(self, body: dict) -> dict:
         if "structured_outputs" in body:  # a continuation under a grammar: its token-id terminals in order
@@ -110,6 +121,16 @@ def test_a_probe_refusal_is_one_line_and_exit_2(tmp_path, tokenizer):
                           f"hydra.run.dir={tmp_path / 'run'}", check=False)
     line = one_error_line(proc)
     assert "cannot serve SCG-Mem's constrained calls" in line and "guidance" in line
+
+
+def test_non_raw_log_probs_in_continuations_are_refused_by_the_probe(tmp_path, tokenizer):
+    folder, tok = tokenizer
+    with FakeVLLM(tok) as server:
+        args = vllm_args(server.url, folder)
+        args[1] = "model.engine=llamacpp"
+        proc = scgmem_run(*args, "method=scgmem", *SMALL, f"hydra.run.dir={tmp_path / 'run'}", check=False)
+    line = one_error_line(proc)
+    assert "not raw" in line and server.url in line
 
 
 def test_a_server_that_stops_honouring_logprob_token_ids_mid_run_is_one_line(tmp_path, tokenizer):

@@ -158,7 +158,7 @@ class OpenAICompatibleLLM(FreeTextCalls):
                     raise
                 self.pool.dead.add(i)
                 log.warning("%s: unreachable at start; its requests go to the other server(s)", url)
-        self.tokenizer = None
+        self.tokenizer, self._tokenizer_identity = None, None
         self._server_tokenize, self._tokenize_field = None, "prompt"
         if tokenizer:
             from transformers import AutoTokenizer
@@ -295,8 +295,22 @@ class OpenAICompatibleLLM(FreeTextCalls):
 
     @property
     def prompt_fingerprint(self) -> str:
+        """The memory-cache key's part for what shapes a served run's prompts and decoding besides the
+        model id (scgmem/harness/cache.py): the chat policy, the local tokenizer (`tokenizer_sha256`,
+        computed once) and chat template as it renders a probe, and the engine's route. A memory
+        built under another tokenizer, template or route is rebuilt, never reused."""
         import hashlib
-        probe = json.dumps([self.chat.as_dict(), self.model_id, self.prefill], sort_keys=True, default=str)
+
+        from scgmem.llm.chat_template import template_report, tokenizer_sha256
+
+        template = None
+        if self.tokenizer is not None:  # else the server's /tokenize and template: the model id names them
+            report = template_report(self.tokenizer, self.chat)
+            template = [report["template_sha256"], report["probe_sha256"]]
+            self._tokenizer_identity = self._tokenizer_identity or tokenizer_sha256(self.tokenizer)
+        route = None if self.constrained is None else [self.engine, self.constrained.dialect.route]
+        probe = json.dumps([self.chat.as_dict(), self.model_id, self.prefill, self._tokenizer_identity, template, route],
+                           sort_keys=True, default=str)
         return hashlib.sha256(probe.encode()).hexdigest()
 
     def generation_report(self) -> dict:
