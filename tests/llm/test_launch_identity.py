@@ -112,12 +112,14 @@ def test_a_pid_file_of_a_bare_number_signals_nothing(state):
 
 
 @pytest.mark.parametrize("state", BOTH, indirect=True)
-@pytest.mark.parametrize("pid", ["0", "1", "-5", "1.5", "true"])
+@pytest.mark.parametrize("pid", ["bare 0", "0", "1", "-5", "1.5", "true"])
 def test_pid_0_1_negative_and_non_integers_are_refused_in_one_line(state, pid):
+    """"bare 0": a file holding only `0`, which made the stop signal make's own process group."""
     target, port, folder, _ = state
     pid_file = folder / f"server-{port}.pid"
     pid_file.parent.mkdir(parents=True, exist_ok=True)
-    pid_file.write_text(json.dumps({"pid": json.loads(pid), "start_time": "1", "cmdline": ["x"]}))
+    pid_file.write_text("0\n" if pid == "bare 0" else
+                        json.dumps({"pid": json.loads(pid), "start_time": "1", "cmdline": ["x"]}))
     proc = make(f"{target}-stop", port)
     assert proc.returncode == 2 and "nothing signalled" in error_line(proc)
 

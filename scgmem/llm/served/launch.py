@@ -1,6 +1,8 @@
 """Starting and stopping a local serving engine: one bounded /health wait and one pid file, for
 every engine the project can start (llama.cpp's `llamacpp_server`, vLLM's `vllm_server`) and for the
-tests that start them.
+tests that start them. The pid file names the process by its number, start time and command line,
+and nothing is signalled that is not the launcher's own server (`read_pid`); pid file and log are
+opened without following links.
 
 Imports nothing heavy: the launchers run before any model is loaded, and `make vllm` must answer
 in seconds when the server is already up.
