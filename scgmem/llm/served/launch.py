@@ -92,11 +92,11 @@ class StalePid(NotOurServer):
 def _proc_identity(pid: int) -> tuple[str, list[str]] | None:
     """(start time, command line) of a live `pid`, or None when there is no such process."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        line = Path(f"/proc/{pid}/stat").read_text()
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    fields = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces
+    fields = line[line.rindex(")") + 2:].split()  # after the command name, which may hold spaces
     return fields[19], [a.decode("utf-8", "replace") for a in cmdline.split(b"\0") if a]  # field 22 = starttime
 
 
@@ -158,7 +158,7 @@ def read_pid(pid_file: Path, ours: Callable[[list[str]], bool]) -> int | None:
         raw = f.read(1 << 16)
     try:
         record = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         record = None
     if not isinstance(record, dict) or not isinstance(record.get("start_time"), str) \
             or not isinstance(record.get("cmdline"), list):
@@ -174,7 +174,7 @@ def read_pid(pid_file: Path, ours: Callable[[list[str]], bool]) -> int | None:
         return None
     if list(identity) != [record["start_time"], record["cmdline"]] or not ours(identity[1]):
         raise StalePid(f"{pid_file}: pid {pid} is now another process ({' '.join(identity[1])[:80]!r}), not the "
-                           "server this file recorded; nothing signalled")
+                       "server this file recorded; nothing signalled")
     try:
         if os.getpgid(pid) != pid:  # the launcher starts every server as the leader of its own session
             raise NotOurServer(f"{pid_file}: pid {pid} does not lead its process group; nothing signalled")
