@@ -276,6 +276,7 @@ def check_records(run_dir: Path, records: list[dict], config: dict, summary: dic
             raise StoredFileError(path, f"line {number}: field 'qa_index'", key[1],
                                   f"duplicate of line {seen[key]}: each question is answered once")
         seen[key] = number
+        need_int(key[1], path, f"line {number}: field 'qa_index'", 0, 10**7)  # seeds the prompt's rng below
         category, reference = r.get("category"), r.get("reference")
         if category not in categories or not isinstance(reference, str):
             raise StoredFileError(path, f"line {number}: field 'category'", category,
