@@ -82,7 +82,34 @@ def read_summary(path: Path) -> dict:
     turns = need_dict((summary.get("data") or {}).get("ingested_turns") or {}, path, "data.ingested_turns")
     for sample, n in turns.items():
         need_int(n, path, f"data.ingested_turns.{sample}", 0, 10**7)
+    check_cost_fields(summary, path)
     return summary
+
+
+def check_cost_fields(summary: dict, path: Path) -> None:
+    """The fields the cost table divides by or prints beside the scores agree with each other: the
+    records the question counts cover (`tokens_questions`) are at most those stored, seconds per
+    question are the answering seconds over the questions, the turn counts are of the slice's
+    conversations and add up to their total, and the deviations are counts."""
+    n = summary["n_questions"]
+    if summary.get("tokens_questions") is not None:
+        need_int(summary["tokens_questions"], path, "tokens_questions", 0, n)
+    timing = summary.get("timing") or {}
+    per_question = timing.get("answer_s_per_question")
+    if per_question is not None and n and isinstance(timing.get("answer_s"), (int, float)) \
+            and abs(per_question - timing["answer_s"] / n) > 1e-3 * max(1.0, per_question):
+        raise StoredFileError(path, "timing.answer_s_per_question", per_question,
+                              f"timing.answer_s / n_questions is {timing['answer_s'] / n:.4f}")
+    data = summary.get("data") or {}
+    turns, samples = data.get("ingested_turns") or {}, data.get("samples")
+    if isinstance(samples, list) and set(turns) - set(samples):  # a missing count: the cost table names it
+        raise StoredFileError(path, "data.ingested_turns", sorted(set(turns) - set(samples))[:5],
+                              f"counts conversations the run did not answer (data.samples {samples[:5]})"[:200])
+    if turns and data.get("ingested_turns_total") is not None and data["ingested_turns_total"] != sum(turns.values()):
+        raise StoredFileError(path, "data.ingested_turns_total", data["ingested_turns_total"],
+                              f"data.ingested_turns add up to {sum(turns.values())}")
+    for name, count in need_dict(summary.get("deviations") or {}, path, "deviations").items():
+        need_int(count, path, f"deviations.{name}", 0, MAX_COUNT)
 
 
 def category_mapping(summary: dict) -> dict[int, str]:
@@ -227,6 +254,11 @@ def check_records(run_dir: Path, records: list[dict], config: dict, summary: dic
         if stored is not None and stored != digest and data_path is None:
             raise StoredFileError(run_json, "data.data", stored[:16], f"{source.path} is not the data file this run "
                                   f"answered (sha256 {digest[:16]}); pass the run's data file")
+        turns = (summary.get("data") or {}).get("ingested_turns") or {}
+        for c in conversations:  # the cost table's turns per conversation are the data's
+            if c.sample_id in turns and turns[c.sample_id] != len(c.turns):
+                raise StoredFileError(config_path, f"data.ingested_turns.{c.sample_id}", turns[c.sample_id],
+                                      f"the data file's slice has {len(c.turns)} turns")
         questions = [q for c in conversations for q in scored_questions(c, protocol.categories,
                                                                          source.questions_per_category)]
         check_stored_records(records, path, questions, protocol, prompt_of)
@@ -244,6 +276,7 @@ def check_records(run_dir: Path, records: list[dict], config: dict, summary: dic
             raise StoredFileError(path, f"line {number}: field 'qa_index'", key[1],
                                   f"duplicate of line {seen[key]}: each question is answered once")
         seen[key] = number
+        need_int(key[1], path, f"line {number}: field 'qa_index'", 0, 10**7)  # seeds the prompt's rng below
         category, reference = r.get("category"), r.get("reference")
         if category not in categories or not isinstance(reference, str):
             raise StoredFileError(path, f"line {number}: field 'category'", category,

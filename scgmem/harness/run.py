@@ -39,6 +39,7 @@ from scgmem.harness.safe_files import check_run_dir_links, disk_error
 from scgmem.harness.untrusted import StoredFileError
 from scgmem.harness.summary import build_summary
 from scgmem.llm.chat_template import ChatPolicy
+from scgmem.llm.served.dialect import Unsupported
 from scgmem.llm.served.http_client import ServerError
 from scgmem.llm.loading import ModelFilesMissing
 from scgmem.llm.local.oom import free_cuda_cache
@@ -268,8 +269,11 @@ def task(cfg: DictConfig):
             summary = evaluate(cfg)
     except RunDirLocked as e:  # the directory is another run's: remove nothing
         _fail(str(e))
-    except (UsageError, DataError, ModelFilesMissing, RunDirMismatch, UnsafePath, ServerError, StoredFileError) as e:
+    except (UsageError, DataError, ModelFilesMissing, RunDirMismatch, UnsafePath, ServerError, Unsupported,
+            StoredFileError) as e:
         # ServerError: the server stopped answering; predictions are kept and a rerun resumes
+        # Unsupported: the engine lacks a feature, found by the probe before the run (EngineProbeFailed)
+        # or when a server stops honouring one mid-run (vLLM's logprob_token_ids)
         # StoredFileError: a file read back (run.json, predictions, usage, a link) is not what the harness writes
         if _debug():
             raise

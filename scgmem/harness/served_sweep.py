@@ -220,8 +220,11 @@ def check(args, extra: list[str]) -> list[ModelPlan]:
             launcher(args.backend)
         except ValueError as e:
             raise PlanError(str(e)) from None
+    if args.base_urls and args.models and len(args.base_urls) != len(args.models):  # before any model is looked at
+        raise PlanError(f"BASE_URLS has {len(args.base_urls)} entries for {len(args.models)} models "
+                        f"({', '.join(args.models)}): give one URL per model, in the same order")
     plans = plan_models(CONFIG_DIR, args.experiment, args.backend, args.models, extra)
-    if args.base_urls and len(args.base_urls) != len(plans):
+    if args.base_urls and len(args.base_urls) != len(plans):  # the experiment's own models
         raise PlanError(f"BASE_URLS has {len(args.base_urls)} entries for {len(plans)} models "
                         f"({', '.join(p.model for p in plans)}): give one URL per model, in the same order")
     for i, plan in enumerate(plans):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import hashlib
+import json
 from dataclasses import asdict, dataclass
 
 from transformers.utils import chat_template_utils
@@ -119,6 +120,16 @@ def template_report(tokenizer, policy: ChatPolicy) -> dict:
             "template_sha256": hashlib.sha256(template.encode()).hexdigest(),
             "probe_sha256": hashlib.sha256(probe.encode()).hexdigest(),
             "probe": probe}
+
+
+def tokenizer_sha256(tokenizer) -> str:
+    """sha256 of a tokenizer as it tokenizes: a fast tokenizer's whole serialisation (vocabulary,
+    merges, normaliser, added tokens), else its vocabulary and special tokens. A served run's
+    memory-cache key holds it: the model id alone does not say which tokenizer built the prompts."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    text = backend.to_str() if backend is not None else json.dumps(
+        [sorted(tokenizer.get_vocab().items()), tokenizer.all_special_tokens], default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 END_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>")

@@ -40,6 +40,21 @@ class Run:
     config: dict = field(default_factory=dict)
     overrides: list[str] = field(default_factory=list)
     records: list[dict] = field(default_factory=list)
+    data_checked: bool = True  # records checked against the data file (`read_checked_run`)
+
+    @property
+    def caveats(self) -> list[str]:
+        """What a table built from this run must say beside its numbers: a partial merge of question
+        shards, and references that were not checked against the data file (only against themselves)."""
+        out = []
+        partial = self.summary.get("partial")
+        if partial:
+            why = partial.get("why") if isinstance(partial, dict) else partial
+            out.append(f"{shown_path(self.run_dir)}: partial, not the whole slice ({str(why)[:300]})")
+        if not self.data_checked:
+            out.append(f"{shown_path(self.run_dir)}: references not checked against the data file (not found); "
+                       "its scores use the records' own references")
+        return out
 
     @property
     def model(self) -> str:
@@ -97,7 +112,7 @@ def load_run(run_dir: str | Path, data_path: str | Path | None = None) -> Run:
         raise NoRunsError(f"{path}: no summary.json (is the run finished?)")
     checked = read_checked_run(run_dir, data_path)
     return Run(run_dir=run_dir, summary=checked.summary, config=checked.config, overrides=checked.overrides,
-               records=checked.records)
+               records=checked.records, data_checked=checked.data_checked)
 
 
 def find_run_dirs(root: str | Path) -> list[Path]:
@@ -122,6 +137,11 @@ def _experiment_of(overrides) -> str | None:
         if key.lstrip("+~") == "experiment":
             return value
     return None
+
+
+def caveats(runs) -> list[str]:
+    """Every run's `Run.caveats`, for a table's notes."""
+    return [c for run in runs for c in run.caveats]
 
 
 def collect_all(roots) -> list[Run]:

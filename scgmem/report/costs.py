@@ -22,9 +22,9 @@ import csv
 from pathlib import Path
 
 from scgmem.report.output import open_output, write_output
-from scgmem.report.collect import SUMMARY, Run
+from scgmem.report.collect import SUMMARY, Run, caveats
 from scgmem.report.paper import run_title
-from scgmem.report.writers import csv_cell, md_text
+from scgmem.report.writers import csv_cell, md_line, md_text
 from scgmem.scoring.metric_table import cost_metrics, table_metrics
 
 QUESTION_PHASES = ("recall", "answer")
@@ -154,7 +154,8 @@ def write_costs(runs: list[Run], out_dir: Path) -> list[Path]:
                   *_question_cells(r), ", ".join(f"{k} {v}" for k, v in sorted(r["deviations"].items())) or "none"]
         lines.append("| " + " | ".join(md_text(c) for c in cells) + " |")
     md = out_dir / "costs.md"
-    write_output(md, "\n".join(lines) + f"\n\n{NOTE}\n")
+    notes = "".join(f"\n\n{md_line(c)}" for c in caveats(runs))  # partial merges, unchecked references
+    write_output(md, "\n".join(lines) + f"\n\n{NOTE}{notes}\n")
     path_csv = out_dir / "costs.csv"
     with open_output(path_csv) as f:
         w = csv.writer(f)

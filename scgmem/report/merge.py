@@ -15,6 +15,9 @@ Shards may also split one slice's questions (`run.question_shard=I/N`, same `dat
 they load the same cached memories, so what describes building them (ingest seconds and tokens,
 the method's deviations, keys generated while ingesting) is counted once per conversation set,
 and the answering side is summed. Merge question shards and conversation shards in one call.
+A merge of some of a slice's question shards is marked `partial` (with the shards it lacks), and
+its `config.run.question_shard` lists the shards it holds; merging the rest in later completes it.
+Shards may differ in how they reached their servers (`model.base_url`, `model.max_in_flight`).
 """
 from __future__ import annotations
 
@@ -64,6 +67,41 @@ def _repeated_slices(summaries: list[dict]) -> list[dict]:
             repeats.append(s)
         seen.add(_slice(s))
     return repeats
+
+
+def _question_shards(summary: dict) -> list[str] | None:
+    """The question shards a summary holds: ["I/N"], those of a partial merge, or None (all of them)."""
+    held = ((summary.get("config") or {}).get("run") or {}).get("question_shard")
+    return None if held is None else [str(x) for x in held] if isinstance(held, list) else [str(held)]
+
+
+def missing_question_shards(paths: list[Path], summaries: list[dict]) -> tuple[dict, list[str]]:
+    """({conversation set: the "I/N" shards no summary holds}, every shard held, in order). A slice
+    whose shards split it differently (2 and 3 ways) is refused: their union is no fixed set."""
+    from scgmem.harness.run_plan import parse_question_shard
+
+    by_slice: dict[frozenset, list[tuple[int, int]] | None] = {}
+    for path, summary in zip(paths, summaries):
+        held = _question_shards(summary)
+        if held is None or by_slice.get(_slice(summary), []) is None:
+            by_slice[_slice(summary)] = None  # a run of the whole slice holds every question of it
+            continue
+        try:
+            by_slice.setdefault(_slice(summary), []).extend(parse_question_shard(x) for x in held)
+        except ValueError as e:
+            raise MergeError(f"{path / SUMMARY}: field config.run.question_shard: {e}") from None
+    missing, every = {}, []
+    for samples, shards in by_slice.items():
+        if not shards:
+            continue
+        counts = sorted({n for _, n in shards})
+        if len(counts) > 1:
+            raise MergeError(f"data.samples {sorted(samples)}: question shards of {counts} ways cannot be merged")
+        every += [f"{i}/{counts[0]}" for i, _ in sorted(set(shards))]
+        gone = [f"{i}/{counts[0]}" for i in range(counts[0]) if i not in {i for i, _ in shards}]
+        if gone:
+            missing[",".join(sorted(samples))] = gone
+    return missing, every
 
 
 def merge_summaries(shards: list[tuple[Path, dict]], records: list[dict]) -> dict:
@@ -116,8 +154,15 @@ def merge_summaries(shards: list[tuple[Path, dict]], records: list[dict]) -> dic
     })
     if isinstance((first.get("config") or {}).get("data"), dict):  # the shards' union, not the first's slice
         merged["config"] = {**first["config"], "data": {**first["config"]["data"], "samples": merged["data"]["samples"]}}
+    missing, held = missing_question_shards(paths, summaries)
+    # A merge of some question shards holds some of each conversation's questions: it says so, here and
+    # in every table built from it (scgmem/report/collect.py `caveats`), and names the shards it holds.
+    merged["partial"] = None if not missing else {
+        "missing_question_shards": missing, "question_shards": held,
+        "why": f"merged question shards {', '.join(held)}; missing "
+               + "; ".join(f"{', '.join(v)} of {k}" for k, v in missing.items())}
     if isinstance((first.get("config") or {}).get("run"), dict) and "question_shard" in first["config"]["run"]:
-        merged["config"]["run"] = {**first["config"]["run"], "question_shard": None}  # the union holds every chunk
+        merged["config"]["run"] = {**first["config"]["run"], "question_shard": held if missing else None}
     if "generation" in first:
         merged["generation"] = merged_generation(summaries)
     if "outputs_cut_at_cap" in first:

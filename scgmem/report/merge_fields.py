@@ -21,6 +21,10 @@ PER_QUESTION = ("temperature", "max_tokens")
 # flight) or united (servers found dead); the rest of "server" fixes the engine and must agree.
 SERVER_TALLIES = ("constrained_requests",)
 POOL_TALLIES = ("requests", "peak_in_flight", "dead")
+# How a shard reached its servers, not what they computed (the config's ignores them too,
+# scgmem/harness/rundir.py IGNORED): one server per GPU, each shard with its own address and limit.
+SERVER_REACH = ("max_in_flight",)
+POOL_REACH = ("servers", "max_in_flight")
 TEMPLATE_PROBE = ("probe", "probe_sha256")
 
 
@@ -66,9 +70,10 @@ def _generation_settings(generation) -> tuple[dict, dict]:
     if isinstance(fixed.get("chat_template"), dict):
         fixed["chat_template"] = {k: v for k, v in fixed["chat_template"].items() if k not in TEMPLATE_PROBE}
     if isinstance(fixed.get("server"), dict):
-        fixed["server"] = {k: v for k, v in fixed["server"].items() if k not in SERVER_TALLIES}
+        fixed["server"] = {k: v for k, v in fixed["server"].items() if k not in SERVER_TALLIES + SERVER_REACH}
         if isinstance(fixed["server"].get("pool"), dict):
-            fixed["server"]["pool"] = {k: v for k, v in fixed["server"]["pool"].items() if k not in POOL_TALLIES}
+            fixed["server"]["pool"] = {k: v for k, v in fixed["server"]["pool"].items()
+                                       if k not in POOL_TALLIES + POOL_REACH}
     kinds = {kind: {**{k: v for k, v in call.items() if k not in GENERATION_TALLIES + ("settings", "other_settings")},
                     "settings": sorted({json.dumps({k: v for k, v in seen.items() if k not in PER_QUESTION}, sort_keys=True)
                                         for seen in _seen_settings(call)})}
@@ -145,6 +150,8 @@ def merged_generation(summaries: list[dict]) -> dict | None:
                 pool["peak_in_flight"] = max(q["peak_in_flight"] for q in pools)
             if all(isinstance(q.get("dead"), list) for q in pools):
                 pool["dead"] = sorted({json.dumps(d): d for q in pools for d in q["dead"]}.values(), key=json.dumps)
+            if all(isinstance(q.get("servers"), list) for q in pools):  # every shard's, in shard order
+                pool["servers"] = list({json.dumps(u): u for q in pools for u in q["servers"]}.values())
     decodes = [r["static_decode"] for r in reports if isinstance(r.get("static_decode"), dict)]
     if decodes:  # scgmem/llm/local/static_decode.py: batches and compiled graphs add up, shapes unite
         merged["static_decode"] = {
@@ -156,8 +163,40 @@ def merged_generation(summaries: list[dict]) -> dict | None:
     return merged
 
 
+def answer_temperatures(config: dict) -> set[float] | None:
+    """The answer temperatures a run's protocol config allows (one for every category, or categories
+    1-4 and category 5's own); None when the protocol names none."""
+    protocol = config.get("protocol") if isinstance(config.get("protocol"), dict) else {}
+    if protocol.get("temperature") is not None:
+        return {float(protocol["temperature"])}
+    allowed = {protocol.get(k) for k in ("base_temperature", "cat5_temperature")} - {None}
+    return {float(t) for t in allowed} if allowed else None
+
+
+def check_call_log(path: Path, summary: dict, error: type[Exception]) -> None:
+    """Per-question settings (category 5's temperature) are left out of the comparison between shards,
+    which see different category mixes: each shard's are checked against its own call log instead.
+    Every temperature its answer calls ran at (summary.json `generation.calls`) must be one its
+    protocol config allows; an edited config or an edited tally is refused in one line."""
+    allowed = answer_temperatures(summary.get("config") or {})
+    calls = (summary.get("generation") or {}).get("calls") if isinstance(summary.get("generation"), dict) else None
+    if allowed is None or not isinstance(calls, dict):
+        return
+    for kind, call in sorted(calls.items()):
+        if not str(kind).startswith("answer/") or not isinstance(call, dict):
+            continue
+        for t in call.get("temperature") or []:
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or float(t) not in allowed:
+                raise error(f"{path / 'summary.json'}: field generation.calls.{kind}.temperature: {t!r} is not a "
+                            f"temperature its config.protocol allows ({sorted(allowed)}): the settings and the call "
+                            "log disagree")
+
+
 def check_same_settings(shards: list[tuple[Path, dict]], error: type[Exception]) -> None:
-    """Raise `error` naming the file and the first field where a shard differs from the first."""
+    """Raise `error` naming the file and the first field where a shard differs from the first, or
+    where a shard's per-question settings contradict its own call log (`check_call_log`)."""
+    for path, summary in shards:
+        check_call_log(path, summary, error)
     first_path, first = shards[0]
     for path, summary in shards[1:]:
         for field in SAME_FIELDS:

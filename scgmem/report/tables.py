@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from scgmem.harness.paper_settings import deviations
-from scgmem.report.collect import Run, index_runs, shown_path
+from scgmem.report.collect import Run, caveats, index_runs, shown_path
 from scgmem.scoring.cat5 import ADVERSARIAL
 from scgmem.scoring.cat5 import summary_fields as cat5_fields
 from scgmem.scoring.metrics import average_ci, bootstrap_ci, category_cis
@@ -293,7 +293,7 @@ def build_table1(runs: list[Run], paper: PaperTable, *, default_paper_model: str
     """
     categories = _check_categories(runs)
     table = Table(name="table1", title="Table 1: F1 / BLEU-1 (%) per category on LoCoMo", categories=categories,
-                  metrics=_metrics(runs))
+                  metrics=_metrics(runs), notes=caveats(runs))  # partial merges, unchecked references
     by_model: dict[str, dict[str, Run]] = {}
     for (model, method), run in index_runs(runs, lambda r: (r.model, r.method)).items():
         by_model.setdefault(model, {})[method] = run
@@ -359,7 +359,7 @@ def build_table2(runs: list[Run], paper: PaperTable, *, default_paper_model: str
         raise ValueError("table2: no scgmem run among the runs given")
     categories = _check_categories(scg)
     table = Table(name="table2", title="Table 2: ablations of SCG-Mem, F1 / BLEU-1 (%) per category",
-                  categories=categories, metrics=_metrics(scg))
+                  categories=categories, metrics=_metrics(scg), notes=caveats(scg))
     by_model: dict[str, dict[str, Run]] = {}
     for (model, variant), run in index_runs(scg, lambda r: (r.model, variant_of(r))).items():
         by_model.setdefault(model, {})[variant] = run

@@ -21,6 +21,15 @@ SLICE = ["data.samples=[conv-26]", "data.max_sessions=1", "data.questions_per_ca
 PORT = 18190  # this test file's ports: 18190-18199
 
 
+@pytest.fixture(scope="module", autouse=True)
+def standins():
+    """The stand-ins' folders (`make standins`): the plan checks that a model folder is there before it
+    checks a port or a GPU, so the bad-input cases below need them built (seconds, once)."""
+    from scgmem.llm.doubles.tiny_real_models import build_standins
+
+    return build_standins()
+
+
 def sweep(tmp_path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "scgmem.harness.served_sweep", "--experiment", "table1",
            "--sweep-dir", str(tmp_path / "sweep"), *args, "--", *SLICE]

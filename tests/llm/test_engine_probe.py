@@ -25,7 +25,8 @@ class FakeTransport:
     def continue_(self, prompt_ids, grammar, *, max_tokens, temperature, seed):
         a = prompt_ids[0]
         ids = [a + 1, a, 2] if self.grammar_ok else [7, 7, 7]
-        return Continuation(token_ids=ids, raw_logprobs=[-1.0] * 3 if self.raw_in_reply else None)
+        raw = [-0.501 + self.scored_shift, -1.0, -1.0]  # b's value on the next-token route, when raw
+        return Continuation(token_ids=ids, raw_logprobs=raw if self.raw_in_reply else None)
 
     def next_one(self, prompt_ids, allowed, top_n):
         self.asked.append(list(allowed))
@@ -67,8 +68,16 @@ def test_the_top_n_route_is_asked_at_the_configured_cap():
 
 
 def test_an_engine_whose_replies_carry_raw_logprobs_is_not_asked_to_score():
-    transport = FakeTransport(raw_in_reply=True, scored_shift=math.nan)
+    transport = FakeTransport(raw_in_reply=True)
+    transport.score = None  # never called
     assert probe_server(transport, VLLMDialect("m"), vocab_size=VOCAB) == []
+
+
+@pytest.mark.parametrize("shift", [0.501, -0.7, math.nan])
+def test_log_probs_in_a_continuation_are_checked_raw(shift):
+    """0.501 makes the forced token's log-prob 0: the renormalised value a grammar mask gives."""
+    problems = probe_server(FakeTransport(raw_in_reply=True, scored_shift=shift), VLLMDialect("m"), vocab_size=VOCAB)
+    assert len(problems) == 1 and "not raw" in problems[0], problems
 
 
 def test_several_problems_are_one_line_naming_the_server(monkeypatch):
@@ -105,9 +114,9 @@ def test_next_one_is_one_request_however_wide_and_next_tokens_asks_chunks_with_i
         def __init__(self):
             self.bodies = []
 
-        def post(self, path, body, affinity=0):
+        def post_from(self, path, body, affinity=0):
             self.bodies.append(body)
-            return {"ids": body["ids"]}
+            return {"ids": body["ids"]}, self.urls[0]
 
     dialect = SimpleNamespace(name="fake", max_top_n=None, first_top_n=None, ids_per_request=128,
                               next_body=lambda prompt, allowed, top_n: ("/v1/completions", {"ids": list(allowed)}),

@@ -47,25 +47,27 @@ class FreeTextCalls:
             body.update(continue_final_message=True, add_generation_prompt=False)
         return body, prefix
 
-    def _count(self, usage: dict, key: str) -> int:
+    def _count(self, usage: dict, key: str, server: str) -> int:
         """A token count of the reply's usage: an int in [0, 10 * context_window], else a one-line error."""
         value = usage.get(key)
         if value is None:
             return 0
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10 * self.context_window:
-            raise ServerError(f"{self.base_url}/{self._endpoint}: usage.{key}: {printable(repr(value), 40)} is not a "
+            raise ServerError(f"{server}/{self._endpoint}: usage.{key}: {printable(repr(value), 40)} is not a "
                               f"token count in [0, {10 * self.context_window}]")
         return value
 
-    def _generation(self, reply: dict, prefix: str, stop) -> Generation:
+    def _generation(self, reply: dict, prefix: str, stop, server: str | None = None) -> Generation:
+        """The reply of `server` (the pool member that sent it; errors name it) as a Generation."""
+        server = server or self.base_url
         try:
             choice = reply["choices"][0]
             text = (choice["text"] if self.api == "completions" else choice["message"]["content"]) or ""
         except (KeyError, IndexError, TypeError):
-            raise ServerError(f"{self.base_url}/{self._endpoint}: reply has no choices[0] text: "
+            raise ServerError(f"{server}/{self._endpoint}: reply has no choices[0] text: "
                               f"{printable(json.dumps(reply))}") from None
         if not isinstance(text, str):
-            raise ServerError(f"{self.base_url}/{self._endpoint}: choices[0] text: expected a string, "
+            raise ServerError(f"{server}/{self._endpoint}: choices[0] text: expected a string, "
                               f"got {type(text).__name__}")
         if reply.get("model"):
             self.served_models.add(printable(str(reply["model"]), 200))
@@ -76,8 +78,8 @@ class FreeTextCalls:
                 text = text[: text.index(s)]
         usage = reply.get("usage") or {}
         if not isinstance(usage, dict):
-            raise ServerError(f"{self.base_url}/{self._endpoint}: usage: expected an object, got {type(usage).__name__}")
-        n_prompt, n_out = (self._count(usage, k) for k in ("prompt_tokens", "completion_tokens"))
+            raise ServerError(f"{server}/{self._endpoint}: usage: expected an object, got {type(usage).__name__}")
+        n_prompt, n_out = (self._count(usage, k, server) for k in ("prompt_tokens", "completion_tokens"))
         cut = choice.get("finish_reason") == "length"
         logprob = 0.0
         lp = choice.get("logprobs") or {}

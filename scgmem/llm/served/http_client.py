@@ -37,6 +37,11 @@ class ServerError(RuntimeError):
     str(e) is one line naming the URL. The run stops with exit code 2 and keeps its predictions."""
 
 
+class ServerDown(ServerError):
+    """The server failed, not the request: unreachable after every retry, or an HTTP 5xx status that
+    the retries did not clear. A pool (`transport.ServerPool`) sends its requests to the other servers."""
+
+
 class BadServerReply(ServerError):
     """A reply the client cannot use (a field of the wrong shape, a token outside the grammar the
     request carried, an empty continuation, a top list with a repeated or unranked id): one line
@@ -255,7 +260,8 @@ class JsonClient:
                 break
             except _Status as e:
                 if e.code not in RETRY_STATUS or attempt == attempts - 1:
-                    raise ServerError(f"{url}: HTTP {e.code} {printable(e.detail)}".strip()) from None
+                    failed = ServerDown if e.code >= 500 else ServerError
+                    raise failed(f"{url}: HTTP {e.code} {printable(e.detail)}".strip()) from None
                 after = (e.retry_after or "").strip()
                 if after.replace(".", "", 1).isdigit():
                     wait = max(wait, min(float(after), self.max_retry_after_s))
@@ -263,9 +269,9 @@ class JsonClient:
             except (OSError, http.client.HTTPException, TimeoutError) as e:
                 reason = printable(str(getattr(e, "reason", e)) or type(e).__name__)
                 if attempt == attempts - 1:
-                    raise ServerError(f"{url}: unreachable after {attempts} tries ({reason})") from None
+                    raise ServerDown(f"{url}: unreachable after {attempts} tries ({reason})") from None
             if time.monotonic() + wait >= deadline:
-                raise ServerError(f"{url}: unreachable after {attempt + 1} tries ({reason}; a wait of {wait:.1f} s "
+                raise ServerDown(f"{url}: unreachable after {attempt + 1} tries ({reason}; a wait of {wait:.1f} s "
                                   f"would pass the request's deadline, model.timeout_s={self.timeout_s:g})")
             log.warning("%s: %s; retry %d/%d in %.1f s", url, reason, attempt + 1, attempts - 1, wait)
             time.sleep(wait)

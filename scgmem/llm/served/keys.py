@@ -45,15 +45,20 @@ class KeyDecoder:
     """Args:
         transport: the engine.
         constraint: what may be generated; its rule (`KeyRule`) walks every prefix.
-        where: the server, for error messages.
+        where: the server, for error messages until the transport names the one that replied.
     """
 
     def __init__(self, transport: Transport, constraint: KeyConstraint, *, where: str) -> None:
-        self.t, self.c, self.where = transport, constraint, where
+        self.t, self.c, self._where = transport, constraint, where
         self.trie = constraint.trie
         self.rule = KeyRule.of(constraint)
         self.requests = 0
         self._count_lock = threading.Lock()  # beam expansions count from several threads
+
+    @property
+    def where(self) -> str:
+        """The server that sent the last reply (a pool's affinity or fail-over picks it), for errors."""
+        return getattr(self.t, "server", None) or self._where
 
     def trie_keys(self) -> int:
         """How many keys the trie holds (`TrieView.count` of the root)."""

