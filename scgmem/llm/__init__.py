@@ -12,7 +12,7 @@
 - `doubles/`: the scripted model, tiny models, real tokenizers and an in-process engine for tests.
 
 Importing this package loads nothing heavy: `LLM` (torch, transformers) is imported the first
-time it is asked for, so `import scgmem.llm.served.dialect` stays light.
+time it is asked for, so `import scgmem.llm.served.engines.dialect` stays light.
 """
 from __future__ import annotations
 

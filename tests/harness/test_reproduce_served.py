@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from scgmem.llm.served.vllm_server import vllm_python
+from scgmem.llm.served.launchers.vllm import vllm_python
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ("standin-qwen2.5", "standin-llama3.2")

@@ -12,7 +12,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from scgmem.llm.served.launch import EngineStartError, free_port, stop_process, wait_healthy  # noqa: F401 (re-exported)
+from scgmem.llm.served.launchers.launch import EngineStartError, free_port, stop_process, wait_healthy  # noqa: F401 (re-exported)
 
 
 class ScriptedServer:

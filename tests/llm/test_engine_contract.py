@@ -1,4 +1,4 @@
-"""Every registered serving engine against one contract (scgmem/llm/served/engines.py).
+"""Every registered serving engine against one contract (scgmem/llm/served/engines/__init__.py).
 
 The engines are read off the registry, never listed here, and tests/llm/engines/ (a fixture
 engine written as the one file docs/architecture.md asks for) is put beside the package's
@@ -21,9 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import scgmem.llm.served as package
+import scgmem.llm.served.engines as package
 from scgmem.llm.served import engines
-from scgmem.llm.served.dialect import BadReply, Continuation, NextTokens, Unsupported
+from scgmem.llm.served.engines.dialect import BadReply, Continuation, NextTokens, Unsupported
 
 FIXTURES = Path(__file__).parent / "engines"
 
@@ -63,7 +63,7 @@ def test_an_unknown_engine_is_refused_with_the_registered_names():
 
 
 def test_a_dialect_must_carry_its_files_name():
-    from scgmem.llm.served.dialect import EngineDialect
+    from scgmem.llm.served.engines.dialect import EngineDialect
 
     class Elsewhere(EngineDialect):
         name = "elsewhere"

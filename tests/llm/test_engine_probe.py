@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from scgmem.llm.served.dialect import Continuation, NextTokens, Unsupported
+from scgmem.llm.served.engines.dialect import Continuation, NextTokens, Unsupported
 from scgmem.llm.served.http_client import ServerError
 from scgmem.llm.served.probe import EngineProbeFailed, probe_engine, probe_server
-from scgmem.llm.served.vllm import VLLMDialect
+from scgmem.llm.served.engines.vllm import VLLMDialect
 
 VOCAB = 5000
 

@@ -17,7 +17,7 @@ from scgmem.llm.served.constrained import ConstrainedCalls
 from scgmem.llm.served.limiter import InFlightLimiter
 from scgmem.llm.served.recorder import RequestRecorder, read_records
 from scgmem.llm.served.transport import ServerPool
-from scgmem.llm.served.vllm import VLLMDialect
+from scgmem.llm.served.engines.vllm import VLLMDialect
 from tests.llm.servers import ScriptedServer
 
 PROMPT_LEN = 5  # every test prompt has this many ids, so the fake server knows where a list starts

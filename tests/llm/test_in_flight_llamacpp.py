@@ -34,7 +34,7 @@ def port_in_range() -> int:
 
 @pytest.fixture(scope="module")
 def server():
-    from scgmem.llm.served.llamacpp_server import bundled_gguf, start
+    from scgmem.llm.served.launchers.llamacpp import bundled_gguf, start
 
     port = port_in_range()
     proc = start(port, slots=4, threads=1, wait_s=120)

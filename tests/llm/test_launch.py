@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from scgmem.llm.served import launch, llamacpp_server, vllm_server
+from scgmem.llm.served.launchers import launch, llamacpp as llamacpp_server, vllm as vllm_server
 from tests.llm.servers import ScriptedServer, free_port
 
 DEAD_PID = 2 ** 22 + 1  # above Linux's pid_max default: no process has it

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from scgmem.llm.served import launch, llamacpp_server, vllm_server
+from scgmem.llm.served.launchers import launch, llamacpp as llamacpp_server, vllm as vllm_server
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(sys.prefix)
-LLAMACPP_MODULE = "scgmem.llm.served.llamacpp_server"
+LLAMACPP_MODULE = "scgmem.llm.served.launchers.llamacpp"
 TARGETS = {"llamacpp": (llamacpp_server, "LLAMACPP_PORT"), "vllm": (vllm_server, "VLLM_PORT")}
 
 

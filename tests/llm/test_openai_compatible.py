@@ -186,7 +186,7 @@ def test_token_level_calls_name_the_local_backend():
         # a constraint without an engine dialect names the missing feature in one line
         from scgmem.core.schema import TokenTrie
         from scgmem.llm.constraint_spec import KeyConstraint
-        from scgmem.llm.served.dialect import Unsupported
+        from scgmem.llm.served.engines.dialect import Unsupported
 
         trie = TokenTrie(vocab_size=10)
         trie.insert([3, 9])

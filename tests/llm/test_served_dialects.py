@@ -13,9 +13,9 @@ import math
 
 import pytest
 
-from scgmem.llm.served.dialect import BadReply, Unsupported
-from scgmem.llm.served.sglang import SGLangDialect
-from scgmem.llm.served.vllm import VLLMDialect
+from scgmem.llm.served.engines.dialect import BadReply, Unsupported
+from scgmem.llm.served.engines.sglang import SGLangDialect
+from scgmem.llm.served.engines.vllm import VLLMDialect
 
 GRAMMAR = '%llguidance {}\nstart: key\nkey: <[8363]> <[2]> | <[9]> <[2]>\n'
 NEUTRAL = {"top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from scgmem.llm.served.launch import free_port
+from scgmem.llm.served.launchers.launch import free_port
 
 pytest.importorskip("xllamacpp")
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(not DATA.exists(), reason="data/locomo10.json mi
 
 @pytest.fixture(scope="module")
 def server():
-    from scgmem.llm.served.llamacpp_server import bundled_gguf, start
+    from scgmem.llm.served.launchers.llamacpp import bundled_gguf, start
 
     port = free_port()
     proc = start(port, slots=4, threads=1, wait_s=60)

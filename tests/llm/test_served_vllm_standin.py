@@ -1,7 +1,7 @@
 """A paper model's stand-in (2-layer random Qwen2 with Qwen2.5's real tokenizer and template,
 `make standins`) through vLLM's own server and on the local backend: the token ids vLLM receives are
 the local backend's, and SCG-Mem builds the same memory. The server is started as
-`make reproduce-table1 BACKEND=vllm` starts it (scgmem/llm/served/launchers.py, on what
+`make reproduce-table1 BACKEND=vllm` starts it (scgmem/llm/served/launchers/__init__.py, on what
 `model=standin-qwen2.5 backend=vllm` composes), once for the module.
 
 The fixture never installs anything: it uses `.venv-vllm` (`make vllm-install`; `.ci/run` runs it) or
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from scgmem.llm.served.vllm_server import vllm_python
+from scgmem.llm.served.launchers.vllm import vllm_python
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data" / "locomo10.json"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from scgmem.llm.served.vllm_server import vllm_python
+from scgmem.llm.served.launchers.vllm import vllm_python
 from tests.llm.servers import free_port
 
 pytestmark = [pytest.mark.slow,
@@ -25,8 +25,8 @@ pytestmark = [pytest.mark.slow,
 @pytest.fixture(scope="module", params=["qwen2.5", "llama3.2"])
 def served_tiny(request, tmp_path_factory):
     from scgmem.llm.doubles.tiny_real_models import build_tiny_real_model
-    from scgmem.llm.served.launch import stop_process
-    from scgmem.llm.served.vllm_server import start
+    from scgmem.llm.served.launchers.launch import stop_process
+    from scgmem.llm.served.launchers.vllm import start
 
     family = request.param
     folder = build_tiny_real_model(family, tmp_path_factory.mktemp(family) / "model", hidden=256)  # head_dim 64 for vLLM CPU

@@ -15,7 +15,7 @@ from scgmem.llm.constraint_spec import KeyConstraint
 from scgmem.llm.served.beams import next_logprobs
 from scgmem.llm.served.http_client import BadServerReply, ServerError
 from scgmem.llm.served.keys import KeyDecoder
-from scgmem.llm.served.llamacpp import LlamaCppDialect
+from scgmem.llm.served.engines.llamacpp import LlamaCppDialect
 from scgmem.llm.served.transport import HttpTransport, ServerPool
 from tests.llm.test_untrusted_served import Server
 

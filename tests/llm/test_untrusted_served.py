@@ -177,7 +177,7 @@ def test_token_counts_of_a_real_llamacpp_server_match_the_tokenizer():
     from transformers import AutoTokenizer
 
     from scgmem.llm.loading import EMBEDDED, resolve_model_dir
-    from scgmem.llm.served.llamacpp_server import bundled_gguf, start
+    from scgmem.llm.served.launchers.llamacpp import bundled_gguf, start
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir(None, **EMBEDDED))
     port = _free_port_in_range()

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import torch
 
-from scgmem.llm.served.dialect import Continuation, NextTokens
+from scgmem.llm.served.engines.dialect import Continuation, NextTokens
 
 
 class GuidanceLocal:

@@ -22,7 +22,7 @@ import torch
 from scgmem.llm import causal
 from scgmem.llm.key_rule import RowState
 from scgmem.llm.protocol import Generation
-from scgmem.llm.served.dialect import NextTokens, Unsupported
+from scgmem.llm.served.engines.dialect import NextTokens, Unsupported
 from scgmem.llm.served.http_client import BadServerReply
 from scgmem.llm.served.keys import KeyDecoder
 

@@ -16,7 +16,7 @@ from scgmem.llm import causal
 from scgmem.llm.constraint_spec import KeyConstraint
 from scgmem.llm.protocol import Generation, check_generate_args
 from scgmem.llm.served.beams import beam_search
-from scgmem.llm.served.dialect import EngineDialect
+from scgmem.llm.served.engines.dialect import EngineDialect
 from scgmem.llm.served.keys import KeyDecoder
 from scgmem.llm.served.transport import HttpTransport, ServerPool
 

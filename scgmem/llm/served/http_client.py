@@ -157,6 +157,28 @@ def served_models(client: "JsonClient", model_id: str) -> list[str]:
     return listed
 
 
+# The text field of each server's /tokenize: vLLM and SGLang read `prompt`, llama.cpp `content`
+# (it answers `prompt` with an empty list, which counted every context as 0 tokens).
+TOKENIZE_FIELDS = ("prompt", "content")
+
+
+def find_tokenize_endpoint(client: "JsonClient", base_url: str, model_id: str) -> tuple[str, str]:
+    """(URL, text field) of the /tokenize that tokenizes a probe into a non-empty list; refuse rather
+    than guess a count."""
+    root = re.sub(r"/v1$", "", base_url)
+    for url in (root + "/tokenize", base_url + "/tokenize"):
+        for name in TOKENIZE_FIELDS:
+            try:
+                reply = client.post_url(url, {"model": model_id, name: "probe", "add_special_tokens": False},
+                                        retry=False)
+            except ServerError:
+                break
+            if isinstance(reply.get("tokens"), list) and reply["tokens"]:
+                return url, name
+    raise ValueError(f"model.tokenizer is required: {base_url} has no /tokenize endpoint, and token "
+                     f"budgets need the served model's tokenizer (a local folder or hub id)")
+
+
 def tokenize_reply(reply: dict, text: str, url: str) -> list[int]:
     """The token ids of a /tokenize reply for `text`: a list of non-negative ints, non-empty for a
     non-empty text, at most one per byte of the text (+8: more is no tokenizer's answer); anything else is a one-line ServerError."""

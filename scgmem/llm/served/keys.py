@@ -25,7 +25,7 @@ from typing import Protocol, Sequence
 from scgmem.llm.constraint_spec import KeyConstraint
 from scgmem.llm.key_rule import DONE, KeyRule, RowState
 from scgmem.llm.protocol import Generation
-from scgmem.llm.served.dialect import Continuation, NextTokens
+from scgmem.llm.served.engines.dialect import Continuation, NextTokens
 from scgmem.llm.served.http_client import BadServerReply
 from scgmem.llm.served.lark_trie import key_grammar
 

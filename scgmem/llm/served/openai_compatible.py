@@ -35,7 +35,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import threading
 from collections import OrderedDict
 from typing import Sequence
@@ -46,11 +45,12 @@ from scgmem.llm.protocol import Generation, Needs, check_generate_args
 from scgmem.llm.chat_template import ChatPolicy, eos_token_ids, render_messages
 from scgmem.llm.constraint_spec import KeyConstraint
 from scgmem.llm.served.free_text import FreeTextCalls
-from scgmem.llm.served.http_client import (JsonClient, ServerError, check_key_transport, parse_base_urls, printable,
+from scgmem.llm.served.http_client import (JsonClient, ServerError, check_key_transport, find_tokenize_endpoint, parse_base_urls,
+                                           printable,
                                            served_models, tokenize_reply)
 from scgmem.llm.served import engines
 from scgmem.llm.served.constrained import ConstrainedCalls
-from scgmem.llm.served.dialect import Unsupported
+from scgmem.llm.served.engines.dialect import Unsupported
 from scgmem.llm.served.transport import ServerPool, server_root
 from scgmem.llm.served.recorder import RequestRecorder
 from scgmem.llm.usage import SettingsLog, UsageMeter
@@ -229,26 +229,10 @@ class OpenAICompatibleLLM(FreeTextCalls):
             self.pool.recorder = RequestRecorder(path, opener)
 
     # ------------------------------------------------------------------ tokens
-    # The text field of each server's /tokenize: vLLM and SGLang read `prompt`, llama.cpp `content`
-    # (it answers `prompt` with an empty list, which counted every context as 0 tokens).
-    TOKENIZE_FIELDS = ("prompt", "content")
-
     def _find_tokenize_endpoint(self) -> str:
-        """The /tokenize URL and text field that tokenize a probe into a non-empty list; refuse rather
-        than guess a count."""
-        root = re.sub(r"/v1$", "", self.base_url)
-        for url in (root + "/tokenize", self.base_url + "/tokenize"):
-            for name in self.TOKENIZE_FIELDS:
-                try:
-                    reply = self.client.post_url(url, {"model": self.model_id, name: "probe", "add_special_tokens": False},
-                                                 retry=False)
-                except ServerError:
-                    break
-                if isinstance(reply.get("tokens"), list) and reply["tokens"]:
-                    self._tokenize_field = name
-                    return url
-        raise ValueError(f"model.tokenizer is required: {self.base_url} has no /tokenize endpoint, and token "
-                         f"budgets need the served model's tokenizer (a local folder or hub id)")
+        """The server's /tokenize URL (http_client.find_tokenize_endpoint); its text field is kept."""
+        url, self._tokenize_field = find_tokenize_endpoint(self.client, self.base_url, self.model_id)
+        return url
 
     def _tokenize_url(self) -> str:
         if self._server_tokenize is None:  # a caller that skipped `ready`

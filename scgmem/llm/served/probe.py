@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from scgmem.llm.served.dialect import EngineDialect, Unsupported
+from scgmem.llm.served.engines.dialect import EngineDialect, Unsupported
 from scgmem.llm.served.http_client import ServerError
 from scgmem.llm.served.transport import HttpTransport, ServerPool
 

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from scgmem.llm import causal
 from scgmem.llm.served.http_client import BadServerReply, JsonClient, ServerDown, ServerError, printable
-from scgmem.llm.served.dialect import BadReply, Continuation, EngineDialect, NextTokens, Unsupported
+from scgmem.llm.served.engines.dialect import BadReply, Continuation, EngineDialect, NextTokens, Unsupported
 from scgmem.llm.served.limiter import InFlightLimiter
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """A serving engine added as one file, as docs/architecture.md ("Add a serving engine") says:
-the contract test puts this folder beside scgmem/llm/served/ and `model.engine=echo` finds it.
+the contract test puts this folder beside scgmem/llm/served/engines/ and `model.engine=echo` finds it.
 
 Its engine is imaginary: POST /echo/continue and /echo/next with token-id prompts, replies
 {"ids", "logprobs", "finish"} and {"logprobs": {"<id>": lp}}. It cannot score a given
@@ -7,7 +7,7 @@ continuation, so it leaves that question to the base (`Unsupported`).
 """
 from __future__ import annotations
 
-from scgmem.llm.served.dialect import BadReply, Continuation, EngineDialect, NextTokens, number, token_id
+from scgmem.llm.served.engines.dialect import BadReply, Continuation, EngineDialect, NextTokens, number, token_id
 from scgmem.llm.served.engines import register_engine
 
 

@@ -14,13 +14,13 @@ Each launcher writes only its command line and environment; launch.py owns the p
 """
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
-import sys
+import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scgmem.llm.served.launch import EngineStartError, popen_logged, stop_process, wait_healthy
+from scgmem.llm.served.launchers.launch import EngineStartError, popen_logged, stop_process, wait_healthy
 
 
 @dataclass(frozen=True)
@@ -90,84 +90,25 @@ class Launcher:
         return Server(proc=proc, url=root + "/v1", log=log, overrides=run_overrides(root + "/v1"))
 
 
-def _weights(spec: ServeSpec) -> str:
+def weights_of(spec: ServeSpec) -> str:
+    """The folder or hub id a launcher serves (`embedded`: the embedded model's prepared folder)."""
     if spec.model == "embedded":  # the embedded GGUF model, de-quantised by `make install`
-        from scgmem.llm.served.vllm_server import embedded_model_dir
+        from scgmem.llm.loading import EMBEDDED, resolve_model_dir
 
-        return str(embedded_model_dir())
+        return str(resolve_model_dir(None, **EMBEDDED))
     return spec.model
 
 
-class VllmLauncher(Launcher):
-    """vLLM's OpenAI server with `make vllm`'s flags (scgmem/llm/served/vllm_server.py says why each)."""
-
-    name = "vLLM"
-
-    def check(self, spec: ServeSpec) -> None:
-        from scgmem.llm.served.vllm_server import vllm_python
-
-        if vllm_python() is None:
-            raise EngineStartError("vLLM is not set up: run `make vllm-install` (or set SCGMEM_VLLM_PYTHON, "
-                                   "or make's VLLM_VENV=<venv>)")
-
-    def command(self, spec: ServeSpec, port: int) -> list[str]:
-        from scgmem.llm.served.vllm_server import command, vllm_python
-
-        cmd = command(_weights(spec), port, python=vllm_python(), served_name=spec.served_name, dtype=spec.dtype,
-                      max_model_len=spec.max_model_len)
-        return [spec.host if part == "127.0.0.1" else part for part in cmd]
-
-    def environment(self, gpu: str | None) -> dict:
-        from scgmem.llm.served.vllm_server import environment
-
-        env = environment()
-        if gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-        return env
-
-
-class SglangLauncher(Launcher):
-    """SGLang's server (CUDA only), with llguidance as its grammar backend (scgmem/llm/served/sglang.py)."""
-
-    name = "SGLang"
-
-    def python(self) -> str:
-        return os.environ.get("SCGMEM_SGLANG_PYTHON") or sys.executable
-
-    def check(self, spec: ServeSpec) -> None:
-        if "SCGMEM_SGLANG_PYTHON" not in os.environ and importlib.util.find_spec("sglang") is None:
-            raise EngineStartError("SGLang is not installed (CUDA machines: pip install sglang, or set "
-                                   "SCGMEM_SGLANG_PYTHON to the interpreter that has it)")
-
-    def command(self, spec: ServeSpec, port: int) -> list[str]:
-        return [self.python(), "-m", "sglang.launch_server", "--model-path", _weights(spec), "--host", spec.host,
-                "--port", str(port), "--dtype", spec.dtype, "--context-length", str(spec.max_model_len),
-                "--served-model-name", spec.served_name, "--grammar-backend", "llguidance", "--random-seed", "0",
-                "--sampling-defaults", "openai"]  # docs/reproduce.md, section 9: not generation_config.json's
-
-
-class LlamacppLauncher(Launcher):
-    """llama.cpp's server (xllamacpp) on a GGUF: the embedded model's bundled file only."""
-
-    name = "llama.cpp"
-
-    def check(self, spec: ServeSpec) -> None:
-        if spec.model != "embedded":
-            raise EngineStartError(f"llama.cpp serves GGUF files and the harness starts it only on the embedded "
-                                   f"model's; for {spec.served_name} start one on its GGUF and pass BASE_URLS=<url>")
-
-    def command(self, spec: ServeSpec, port: int) -> list[str]:
-        from scgmem.llm.served.llamacpp_server import command
-
-        return command(port, n_ctx=spec.max_model_len, slots=4)
-
-
-LAUNCHERS = {"vllm": VllmLauncher, "sglang": SglangLauncher, "llamacpp": LlamacppLauncher}
+def names() -> list[str]:
+    """The engines the harness can start: each module of this folder but launch.py (one per engine,
+    named as its dialect in scgmem/llm/served/engines/)."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.ispkg and m.name != "launch")
 
 
 def launcher(backend: str) -> Launcher:
-    """The launcher of a backend config's name; a backend the harness cannot start is one line."""
-    if backend not in LAUNCHERS:
-        raise ValueError(f"backend={backend}: the harness starts servers for {', '.join(LAUNCHERS)} only; "
+    """The launcher of a backend config's name (its module's `LAUNCHER`, imported when asked for); a
+    backend the harness cannot start is one line."""
+    if backend not in names():
+        raise ValueError(f"backend={backend}: the harness starts servers for {', '.join(names())} only; "
                          "for a server that is already running pass BASE_URLS=<url,...> (one per model)")
-    return LAUNCHERS[backend]()
+    return importlib.import_module(f"{__name__}.{backend}").LAUNCHER()

@@ -1,6 +1,7 @@
-"""Serving engines by name: `model.engine=<name>` is the dialect in scgmem/llm/served/<name>.py.
+"""Serving engines by name: `model.engine=<name>` is the dialect in scgmem/llm/served/engines/<name>.py.
 
-Adding an engine is adding that one file: an `EngineDialect` subclass whose `name` is the file's
+Adding an engine is adding that one file (and, for the harness to start it, its launcher in
+scgmem/llm/served/launchers/<name>.py): an `EngineDialect` subclass whose `name` is the file's
 name, decorated with `@register_engine`. Nothing else lists the engines, as
 lm-evaluation-harness maps a backend's name to its module and imports it only when it is asked
 for (lm_eval/models/__init__.py):
@@ -18,8 +19,7 @@ import pkgutil
 import re
 from pathlib import Path
 
-import scgmem.llm.served as _package
-from scgmem.llm.served.dialect import EngineDialect
+from scgmem.llm.served.engines.dialect import EngineDialect
 
 _REGISTERED: dict[str, type[EngineDialect]] = {}
 _DECORATOR = re.compile(r"^@register_engine\b", re.MULTILINE)
@@ -32,7 +32,7 @@ def register_engine(cls: type[EngineDialect]) -> type[EngineDialect]:
     stem = cls.__module__.rpartition(".")[2]
     if cls.name != stem:
         raise TypeError(f"{cls.__module__}.{cls.__qualname__}: name {cls.name!r} must be the file's name {stem!r} "
-                        f"(model.engine=<name> imports scgmem/llm/served/<name>.py)")
+                        f"(model.engine=<name> imports scgmem/llm/served/engines/<name>.py)")
     _REGISTERED[cls.name] = cls
     return cls
 
@@ -40,7 +40,7 @@ def register_engine(cls: type[EngineDialect]) -> type[EngineDialect]:
 def names() -> list[str]:
     """The engines, sorted: the modules of the package folder(s) that register a dialect."""
     found = set()
-    for info in pkgutil.iter_modules(_package.__path__):
+    for info in pkgutil.iter_modules(__path__):
         path = Path(info.module_finder.path) / f"{info.name}.py"
         if not info.ispkg and path.is_file() and _DECORATOR.search(path.read_text(encoding="utf-8")):
             found.add(info.name)
@@ -63,9 +63,9 @@ def dialect_class(name: str) -> type[EngineDialect]:
     if not isinstance(name, str) or name not in names():
         raise ValueError(f"model.engine must be one of {names()}, got {name!r}")
     if name not in _REGISTERED:
-        importlib.import_module(f"{_package.__name__}.{name}")
+        importlib.import_module(f"{__name__}.{name}")
     if name not in _REGISTERED:  # the decorator's line is there, but it registered another class
-        raise ValueError(f"model.engine={name}: scgmem/llm/served/{name}.py registers no dialect named {name!r}")
+        raise ValueError(f"model.engine={name}: scgmem/llm/served/engines/{name}.py registers no dialect named {name!r}")
     return _REGISTERED[name]
 
 
@@ -76,7 +76,3 @@ def make_dialect(engine: str, model_id: str, options: dict | None = None) -> Eng
         return cls(model_id, **dict(options or {}))
     except TypeError as e:
         raise ValueError(f"model.engine_options: {e}") from None
-
-
-if __name__ == "__main__":  # python -m scgmem.llm.served.engines: the names model.engine takes
-    print("\n".join(names()))

@@ -26,7 +26,7 @@ to their use; the tests check the bodies and reply fixtures copied in shape from
 """
 from __future__ import annotations
 
-from scgmem.llm.served.dialect import (BadReply, Continuation, EngineDialect, NextTokens, Unsupported, number, token_id,
+from scgmem.llm.served.engines.dialect import (BadReply, Continuation, EngineDialect, NextTokens, Unsupported, number, token_id,
                                       top_list)
 from scgmem.llm.served.engines import register_engine
 

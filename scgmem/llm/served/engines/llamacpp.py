@@ -17,7 +17,7 @@ so greedy decoding under the grammar is the argmax over the allowed tokens, as l
 """
 from __future__ import annotations
 
-from scgmem.llm.served.dialect import (BadReply, Continuation, EngineDialect, NextTokens, number, token_id,
+from scgmem.llm.served.engines.dialect import (BadReply, Continuation, EngineDialect, NextTokens, number, token_id,
                                       top_list)
 from scgmem.llm.served.engines import register_engine
 

@@ -1,7 +1,7 @@
 """vLLM's own OpenAI-compatible server, started with the flags the harness needs (`make vllm`).
 
-    python -m scgmem.llm.served.vllm_server up     # the embedded SmolLM2 on 127.0.0.1:8000 (pid file, log)
-    python -m scgmem.llm.served.vllm_server down
+    python -m scgmem.llm.served.launchers.vllm up     # the embedded SmolLM2 on 127.0.0.1:8000 (pid file, log)
+    python -m scgmem.llm.served.launchers.vllm down
     scgmem-run model=vllm 'data.samples=[conv-26]'  # every method, SCG-Mem included, against it
 
 vLLM lives in its own virtualenv (`.venv-vllm`, `make vllm-install`): it pins a transformers older
@@ -40,9 +40,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scgmem.llm.served.launch import EngineStartError, bring_up, popen_logged, server_argv, stop_pid_file, wait_healthy
+from scgmem.llm.served.launchers.launch import EngineStartError, bring_up, popen_logged, server_argv, stop_pid_file, wait_healthy
+from scgmem.llm.served.launchers import Launcher, ServeSpec, weights_of
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 STATE = REPO / ".cache" / "vllm"  # pid file and log of `up`
 DEFAULT_PORT = 8000
 SERVED_NAME = "smollm2-135m"  # the embedded model's name on the server (configs/model/vllm.yaml: model_id)
@@ -146,6 +147,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
+
+
+class VllmLauncher(Launcher):
+    """vLLM's OpenAI server with `make vllm`'s flags (scgmem/llm/served/launchers/vllm.py says why each)."""
+
+    name = "vLLM"
+
+    def check(self, spec: ServeSpec) -> None:
+        if vllm_python() is None:
+            raise EngineStartError("vLLM is not set up: run `make vllm-install` (or set SCGMEM_VLLM_PYTHON, "
+                                   "or make's VLLM_VENV=<venv>)")
+
+    def command(self, spec: ServeSpec, port: int) -> list[str]:
+        cmd = command(weights_of(spec), port, python=vllm_python(), served_name=spec.served_name, dtype=spec.dtype,
+                      max_model_len=spec.max_model_len)
+        return [spec.host if part == "127.0.0.1" else part for part in cmd]
+
+    def environment(self, gpu: str | None) -> dict:
+        env = environment()
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        return env
+
+
+LAUNCHER = VllmLauncher  # what launchers.launcher('vllm') builds
 
 if __name__ == "__main__":
     sys.exit(main())
