@@ -15,7 +15,8 @@ from scgmem.llm.constraint_spec import KeyConstraint
 from scgmem.llm.key_rule import DONE, KeyRule, RowState
 from scgmem.llm.served.constrained import ConstrainedCalls
 from scgmem.llm.served.limiter import InFlightLimiter
-from scgmem.llm.served.recorder import RequestRecorder, read_records
+from scgmem.llm.served.recorder import RequestRecorder
+from scgmem.llm.served.request_profile import read_records
 from scgmem.llm.served.transport import ServerPool
 from scgmem.llm.served.engines.vllm import VLLMDialect
 from tests.llm.servers import ScriptedServer
@@ -172,6 +173,6 @@ def test_the_recorder_writes_every_request_with_its_token_counts(tmp_path):
 
 def test_read_records_names_the_bad_line(tmp_path):
     path = tmp_path / "requests.jsonl"
-    path.write_text('{"path": "/v1/completions", "body": {}, "start": 1, "end": 2}\nnot json\n')
+    path.write_text('{"v": 1, "path": "/v1/completions", "body": {}, "start": 1, "end": 2}\nnot json\n')
     with pytest.raises(ValueError, match=r"requests.jsonl:2: not JSON"):
         read_records(path)
