@@ -139,7 +139,7 @@ def check_method_model(cfg) -> str | None:
 
 def served_node(cfg):
     """The node a run instantiates as its model: `backend.llm` when a served backend is chosen, else
-    `model` (scgmem/harness/run.py, llm_node; repeated here so the checks import nothing heavy)."""
+    `model`; what scgmem/harness/run.py instantiates, and what the checks here read."""
     from omegaconf import OmegaConf
 
     node = OmegaConf.select(cfg, "backend.llm", default=None)

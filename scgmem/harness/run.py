@@ -45,7 +45,7 @@ from scgmem.llm.loading import ModelFilesMissing
 from scgmem.llm.local.oom import free_cuda_cache
 from scgmem.llm.usage import UsageMeter
 from scgmem.llm.protocol import make_ready
-from scgmem.harness.cli_checks import method_needs
+from scgmem.harness.cli_checks import method_needs, served_node
 
 log = logging.getLogger("scgmem.run")
 
@@ -111,20 +111,12 @@ def _job_num() -> int:
     return int(num) if num is not None else 0
 
 
-def llm_node(cfg: DictConfig) -> DictConfig:
-    """The node this job instantiates as its language model: the backend's client (`backend.llm`,
-    configs/backend/) when a server serves the model config, else the model config itself
-    (backend=local: its own `_target_`, the transformers backend for the hub models)."""
-    served = OmegaConf.select(cfg, "backend.llm", default=None)
-    return served if served is not None else cfg.model
-
-
 def _placement(cfg: DictConfig) -> tuple[DictConfig, DictConfig, dict]:
     """The model and embedder nodes this job loads: pinned to one GPU and sized for its share of
     it when `run.pin_gpus` / `run.jobs_per_gpu` ask (`scgmem.harness.gpu_sharing`)."""
     try:
         model, embedder, report = place_job(
-            OmegaConf.to_container(llm_node(cfg), resolve=True), OmegaConf.to_container(cfg.embedder, resolve=True),
+            OmegaConf.to_container(served_node(cfg), resolve=True), OmegaConf.to_container(cfg.embedder, resolve=True),
             job_num=_job_num(), jobs_per_gpu=cfg.run.get("jobs_per_gpu", 1), pin_gpus=cfg.run.get("pin_gpus", False),
             n_gpus=visible_gpus())
     except ValueError as e:
