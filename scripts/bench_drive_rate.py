@@ -35,11 +35,28 @@ REPLACED = ("model.base_url=", "hydra.run.dir=", "run.cache_dir=", "run.parallel
             "model.record_requests=")
 
 
+def _cache_hits(run_dir: Path) -> int:
+    path = run_dir / "summary.json"
+    try:
+        hits = json.loads(path.read_text())["timing"].get("memory_cache_hits", 0)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise SystemExit(f"error: {path}: timing.memory_cache_hits unreadable ({e})") from None
+    if not isinstance(hits, int) or isinstance(hits, bool) or hits < 0:
+        raise SystemExit(f"error: {path}: timing.memory_cache_hits is {hits!r}, not a count")
+    return hits
+
+
 def drive(run_dir: Path, parallel: int, port: int, extra: tuple[Path, ...] = ()) -> dict:
     """`extra`: more recorded folders whose replies the server also holds (the engine probe's, which
     a run sends before it records: `--probe`)."""
     def read(folder):
         return read_records(folder / "requests.jsonl", lambda p: open_nofollow(p, "rb"))
+    hits = _cache_hits(run_dir)
+    if hits:  # its ingest never reached the server, so the replay would miss every ingest request
+        return {"run_dir": str(run_dir), "parallel": parallel,
+                "failed": f"{run_dir / 'summary.json'}: timing.memory_cache_hits is {hits}: the recorded run loaded "
+                          "memory from its cache and did not record the ingest; record it again with "
+                          "run.cache_dir=<an empty folder>"}
     records = read(run_dir)
     replies = Replies(records + [r for folder in extra for r in read(folder)])
     server = serve(replies, port)

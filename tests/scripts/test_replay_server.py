@@ -19,7 +19,8 @@ def test_a_recorded_run_replays_with_no_miss(tmp_path):
         scgmem_run("model=openai_compatible", f"model.base_url={server.url}", f"model.model_id={server.model}",
                    f"model.tokenizer={resolve_model_dir(None, **EMBEDDED)}", "method=memorybank",
                    "data.samples=[conv-26,conv-30]", "data.max_sessions=1", "data.questions_per_category=1",
-                   "run.progress=false", "model.record_requests=true", f"hydra.run.dir={run_dir}")
+                   "run.progress=false", "model.record_requests=true", f"hydra.run.dir={run_dir}",
+                   f"run.cache_dir={tmp_path / 'cache'}")  # an empty cache: the ingest is sent and recorded
         sent = len(server.bodies)
     for parallel in (1, 2):
         result = drive(run_dir, parallel, free_port())
@@ -35,3 +36,11 @@ def test_bodies_match_without_their_cache_salt_and_misses_are_counted():
     assert replies.answer({"model": "m", "prompt": "p", "cache_salt": "s"}) == {"choices": [1]}
     assert replies.answer({"model": "m", "prompt": "other"}) is None
     assert replies.stats == {"answered": 2, "missed": 1, "reused": 0} and json.dumps(replies.models) == '["m"]'
+
+
+def test_a_run_whose_memory_came_from_the_cache_is_refused_by_name(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / "summary.json").write_text(json.dumps({"timing": {"memory_cache_hits": 2}}))
+    result = drive(run_dir, 1, free_port())
+    assert "summary.json: timing.memory_cache_hits is 2" in result["failed"]
