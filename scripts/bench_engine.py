@@ -5,9 +5,10 @@
     BENCH_ENGINES=vllm BENCH_ENGINE_METHODS=scgmem,rag BENCH_PARTS=engine make bench
     BENCH_VLLM_URL=http://gpu-node:8000 BENCH_PARTS=engine make bench   # a server already up (not started here)
 
-For each engine: its server is started on a free port (vLLM: scgmem/llm/served/launchers/vllm.py's flags, its
-worker on one core; llama.cpp: the bundled GGUF, 4 slots, 1 thread), then every method runs the same conv-26
-slice through it with `model.record_requests=true`, each in its own `scgmem-run` child with its own empty
+For each engine: its server is started on a free port by its launcher (scgmem/llm/served/launchers/: vLLM
+with `make vllm`'s flags, its worker on one core; llama.cpp: the bundled GGUF, 4 slots of the model's whole
+window, 1 thread), then every method runs the same conv-26 slice through it (`model=smollm2-135m
+backend=<engine>`) with `backend.llm.record_requests=true`, each in its own `scgmem-run` child with its own empty
 memory cache (so ingestion is measured, not loaded). Each run's requests are then replayed with no
 dependencies (scripts/bench_replay.py: the replay bound), which gives
 
@@ -42,20 +43,13 @@ import sys
 import time
 from pathlib import Path
 
+from scgmem.llm.served.launchers import EngineStartError, ServeSpec, launcher
+from scgmem.llm.served.launchers.launch import free_port
 from scripts.bench_inputs import ROOT, Scale
 from scripts.bench_sweep import model_overrides
 
 METHODS = ("scgmem", "full_context", "rag", "rag_locomo", "memorybank", "readagent", "amem", "memgpt")
-ENGINES = ("vllm", "llamacpp")
-LLAMACPP_SLOTS = 4
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+ENGINES = ("vllm", "llamacpp")  # the launchers that run on a CPU machine (SGLang needs CUDA)
 
 
 def slice_overrides(scale: Scale) -> list[str]:
@@ -69,16 +63,11 @@ def slice_overrides(scale: Scale) -> list[str]:
 
 
 def engine_overrides(engine: str, url: str) -> list[str]:
-    """The served model's overrides for `engine` at `url` (an OpenAI root ending in /v1)."""
-    from scgmem.llm.loading import EMBEDDED, resolve_model_dir
+    """The run overrides of the embedded model through `engine`'s backend config at `url` (an OpenAI
+    root ending in /v1): the launcher's own (scgmem/llm/served/launchers/)."""
+    from scgmem.llm.served.launchers import launcher
 
-    if engine == "vllm":  # configs/model/vllm.yaml: the embedded model served as smollm2-135m
-        return ["model=vllm", f"model.base_url={url}"]
-    from scgmem.llm.served.launchers.llamacpp import bundled_gguf
-
-    return ["model=openai_compatible", "model.engine=llamacpp", f"model.base_url={url}",
-            f"model.model_id={bundled_gguf()}", f"model.tokenizer={resolve_model_dir(None, **EMBEDDED)}",
-            "model.name=llamacpp-smollm2-135m", f"model.max_in_flight={LLAMACPP_SLOTS * 2}"]
+    return ["model=smollm2-135m", f"backend={engine}", *launcher(engine).overrides(url)]
 
 
 def run_method(run_dir: Path, overrides: list[str], threads: int) -> dict:
@@ -110,55 +99,57 @@ def run_method(run_dir: Path, overrides: list[str], threads: int) -> dict:
             "load_avg_1min_start": round(load, 2), "load_avg_1min_end": round(os.getloadavg()[0], 2)}
 
 
+# what every engine serves: the embedded model, as configs/backend/base/served.yaml resolves it for
+# model=smollm2-135m (its name is the model id the runs' requests carry)
+SPEC = ServeSpec(model="embedded", served_name="smollm2-135m", dtype="float32", max_model_len=8192)
+
+
 class Server:
-    """A server for one engine: started here on a free port, or one the user names (never stopped here)."""
+    """A server for one engine: started here on a free port through its launcher, or one the user
+    names (BENCH_<ENGINE>_URL; never stopped or restarted here)."""
 
     def __init__(self, engine: str, work: Path) -> None:
-        self.engine, self.work, self.proc = engine, work, None
+        self.launcher, self.work, self.server = launcher(engine), work, None
         given = os.environ.get(f"BENCH_{engine.upper()}_URL")
         if given:
             self.root = given.rstrip("/").removesuffix("/v1")
             return
-        self.port = _free_port()
+        self.port = free_port()
         self.root = f"http://127.0.0.1:{self.port}"
         self._start()
 
+    @property
+    def proc(self):
+        return None if self.server is None else self.server.proc
+
     def _start(self) -> None:
-        if self.engine == "vllm":
-            from scgmem.llm.served.launchers.vllm import start
+        self.server = self.launcher.start(SPEC, port=self.port, log=self.work / f"{self.launcher.name}.log",
+                                          wait_s=900)
 
-            self.proc = start(self.port, log=self.work / "vllm.log")
-        else:
-            from scgmem.llm.served.launchers.llamacpp import start
-
-            self.proc = start(self.port, slots=LLAMACPP_SLOTS, threads=1, n_ctx=LLAMACPP_SLOTS * 8192, wait_s=120,
-                              log=self.work / "llamacpp.log")
+    def cold(self):
+        """How a replay starts cold: None when the engine honours cache_salt (vLLM), else a restart of
+        the server started here (llama.cpp ignores the salt); None for a server the user named, whose
+        replays may then read the run's prompt cache."""
+        return None if self.launcher.salts_cache or self.server is None else self.restart
 
     def restart(self) -> None:
-        """The same server again on the same port, its prompt cache empty (llama.cpp: the replay's
-        stand-in for vLLM's cache_salt, which llama.cpp ignores). Only for a server started here."""
+        """The same server again on the same port, its prompt cache empty."""
         self.stop()
         self._start()
 
     def stop(self) -> None:
-        if self.proc is not None:
-            from scgmem.llm.served.launchers.launch import stop_process
-
-            stop_process(self.proc)
+        if self.server is not None:
+            self.server.stop()
 
 
 def available(engine: str) -> str | None:
-    """Why `engine` cannot run here, or None."""
-    if engine == "vllm" and not os.environ.get("BENCH_VLLM_URL"):
-        from scgmem.llm.served.launchers.vllm import vllm_python
-
-        if vllm_python() is None:
-            return "vLLM is not set up (make vllm-install)"
-    if engine == "llamacpp" and not os.environ.get("BENCH_LLAMACPP_URL"):
-        try:
-            import xllamacpp  # noqa: F401
-        except ImportError:
-            return "xllamacpp is not installed"
+    """Why `engine` cannot run here (its launcher's own check), or None."""
+    if os.environ.get(f"BENCH_{engine.upper()}_URL"):
+        return None
+    try:
+        launcher(engine).check(SPEC)
+    except EngineStartError as e:
+        return str(e)
     return None
 
 
@@ -195,11 +186,8 @@ def bench_engine(work: Path, scale: Scale, tiny_dir: Path | None = None) -> dict
                 run_dir = work / f"{engine}-{method}"
                 served = run_method(run_dir, [*slice_overrides(scale), f"method={method}",
                                               *engine_overrides(engine, server.root + "/v1"),
-                                              "model.record_requests=true"], threads=1)
-                # llama.cpp ignores cache_salt: its replays start from a restarted (cold) server instead;
-                # a server the user named cannot be restarted, so its replays may read the run's cache
-                cold = server.restart if engine == "llamacpp" and server.proc is not None else None
-                replayed = replay_bench(run_dir, server.root, concurrency, reset=cold)
+                                              "backend.llm.record_requests=true"], threads=1)
+                replayed = replay_bench(run_dir, server.root, concurrency, reset=server.cold())
                 runs[method] = {**served, **{k: replayed[k] for k in replayed if k not in ("run_dir", "method")}}
                 if method in out["local"]:
                     runs[method]["local_over_served"] = round(out["local"][method]["seconds"] /

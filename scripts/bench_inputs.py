@@ -71,23 +71,29 @@ def conversation(sample: str, sessions: int, turns: int | None = None):
     return replace(conv, sessions=tuple(replace(s, turns=s.turns[:turns]) for s in conv.sessions))
 
 
+def word_grams(lines, n: int) -> list[str]:
+    """Up to n distinct lower-cased word 1-3-grams of `lines` (realistic concept strings), all
+    unigrams first, edge punctuation stripped; the one pool of the benchmarks and the device check
+    (scripts/device_constrained.py)."""
+    seen: dict[str, None] = {}
+    for width in (1, 2, 3):
+        for line in lines:
+            words = [w.strip(".,!?\"'():").lower() for w in line.split()]
+            for i in range(len(words) - width + 1):
+                gram = " ".join(words[i:i + width])
+                if len(gram) > 2:
+                    seen.setdefault(gram, None)
+                    if len(seen) >= n:
+                        return list(seen)
+    return list(seen)
+
+
 def concept_pool(n: int) -> list[str]:
-    """Up to n distinct word n-grams of LoCoMo turns (realistic concept strings)."""
+    """Up to n word n-grams of LoCoMo's turns (`word_grams`)."""
     from scgmem.data.locomo import load_locomo
 
     convs, _ = load_locomo(LOCOMO)
-    seen: dict[str, None] = {}
-    for width in (1, 2, 3):
-        for c in convs:
-            for t in c.turns:
-                words = [w.strip(".,!?\"'()").lower() for w in t.text.split()]
-                for i in range(len(words) - width + 1):
-                    gram = " ".join(words[i:i + width])
-                    if gram and len(gram) > 2:
-                        seen.setdefault(gram, None)
-                        if len(seen) >= n:
-                            return list(seen)
-    return list(seen)
+    return word_grams([t.text for c in convs for t in c.turns], n)
 
 
 def cpu_info(path: Path = Path("/proc/cpuinfo")) -> dict:

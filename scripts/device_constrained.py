@@ -15,6 +15,8 @@ import time
 
 import torch
 
+from scripts.bench_inputs import word_grams
+
 
 class _Timed:
     """A logits processor wrapped to record its wall time per call (synchronised on the device)."""
@@ -31,21 +33,6 @@ class _Timed:
         return out
 
 
-def concept_pool(corpus: list[str], n: int) -> list[str]:
-    """Up to `n` distinct word 1-3-grams of the corpus lines (realistic concept strings)."""
-    seen: dict[str, None] = {}
-    for width in (1, 2, 3):
-        for line in corpus:
-            words = [w.strip(".,!?\"'():").lower() for w in line.split()]
-            for i in range(len(words) - width + 1):
-                gram = " ".join(words[i:i + width])
-                if len(gram) > 2:
-                    seen.setdefault(gram, None)
-                    if len(seen) >= n:
-                        return list(seen)
-    return list(seen)
-
-
 def measure_constrained(llm, corpus: list[str], sync, *, rows: int = 16, beam_prompts: int = 4, beams: int = 5,
                         concepts: int = 1000, max_keys: int = 4) -> dict:
     """{"greedy": ..., "beam": ...}: ms per step constrained / unconstrained and processor ms per step."""
@@ -56,7 +43,7 @@ def measure_constrained(llm, corpus: list[str], sync, *, rows: int = 16, beam_pr
     from scgmem.core.schema import CognitiveSchema
 
     schema = CognitiveSchema(llm.encode, len(llm.tokenizer), forbidden_ids=llm.eos_token_ids)
-    for concept in concept_pool(corpus, concepts):
+    for concept in word_grams(corpus, concepts):
         try:
             schema.add(concept)
         except ValueError:  # a concept the schema refuses (e.g. one that spells a forbidden id)

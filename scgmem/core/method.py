@@ -75,7 +75,6 @@ class SCGMem(MemoryMethod):
             keep_threshold / trigger_threshold.
         context_tokens: optional cap on the context below the runner's budget (speed).
         separator: the text between keys (one token; the keys' terminator).
-        dense_threshold: trie nodes with this many children keep a dense mask row.
     """
 
     name = "scgmem"
@@ -91,8 +90,7 @@ class SCGMem(MemoryMethod):
                  ingest_prompt: str = CONCEPT_PROMPT, ingest_prefix: str = ANSWER_PREFIX,
                  recall_prompt: str = RECALL_PROMPT, recall_prefix: str = RECALL_PREFIX,
                  free_recall_prompt: str = FREE_RECALL_PROMPT, free_recall_prefix: str = FREE_RECALL_PREFIX,
-                 max_keywords: int = 5, context_tokens: int | None = None, separator: str = ",",
-                 dense_threshold: int = 256) -> None:
+                 max_keywords: int = 5, context_tokens: int | None = None, separator: str = ",") -> None:
         super().__init__(llm, embedder)
         for name, value, low in (("k", k, 1), ("hops", hops, 0), ("num_beams", num_beams, 1),
                                  ("ingest_batch_size", ingest_batch_size, 1), ("max_keywords", max_keywords, 1)):
@@ -119,7 +117,6 @@ class SCGMem(MemoryMethod):
         self.max_keywords = max_keywords
         self.context_tokens = context_tokens
         self.separator = separator
-        self.dense_threshold = dense_threshold
         self.evolution_args = dict(
             evolution=evolution, threshold_mode=threshold_mode, keep_quantile=float(keep_quantile),
             trigger_quantile=float(trigger_quantile), threshold_warmup=threshold_warmup,
@@ -132,8 +129,7 @@ class SCGMem(MemoryMethod):
 
     def _reset(self) -> None:
         self.schema = CognitiveSchema(self.llm.encode, self.llm.vocab_size, separator=self.separator,
-                                      forbidden_ids=self.llm.eos_ids,
-                                      dense_threshold=self.dense_threshold)
+                                      forbidden_ids=self.llm.eos_ids)
         self.graph = AssociativeGraph()
         self.index: dict[str, list[str]] = {}  # concept -> dia_ids
         self.turn_concepts: dict[str, list[str]] = {}  # dia_id -> concepts

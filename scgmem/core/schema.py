@@ -189,11 +189,10 @@ class CognitiveSchema:
             the terminator of every key.
         prefix: what precedes a key in generated text (a space after ":" or ",").
         forbidden_ids: ids a key may not contain (EOS), since they end generation.
-        dense_threshold: see `TokenTrie`.
     """
 
     def __init__(self, encode: Callable[[str], list[int]], vocab_size: int, *, separator: str = ",",
-                 prefix: str = " ", forbidden_ids: Iterable[int] = (), dense_threshold: int = 256) -> None:
+                 prefix: str = " ", forbidden_ids: Iterable[int] = ()) -> None:
         sep = encode(separator)
         if len(sep) != 1:
             raise ValueError(f"separator {separator!r} must be exactly one token, got ids {sep}")
@@ -202,7 +201,7 @@ class CognitiveSchema:
         self.prefix = prefix
         self.terminator = sep[0]
         self.forbidden_ids = {int(i) for i in forbidden_ids} | {self.terminator}
-        self.trie = TokenTrie(vocab_size, dense_threshold)
+        self.trie = TokenTrie(vocab_size)  # its dense-row layout is the masking's concern (TokenTrie), not the schema's
         self.concepts: list[str] = []  # insertion order
         self.surfaces: list[str] = []  # the surface form each concept was tokenised in
         self._index: dict[str, int] = {}

@@ -78,7 +78,9 @@ ADDED = {
 }
 # Settings that no longer exist, by prefix: a stored run.json drops them. model.caps.* named the
 # caps the method and protocol configs read; their resolved values are compared where they act.
-RETIRED = ("model.caps.",)
+# method.dense_threshold was a mask-layout knob of the local backend (speed only, never a number):
+# the trie keeps its own layout since issue 59.
+RETIRED = ("model.caps.", "method.dense_threshold")
 # Classes that moved to another module: a run.json naming the old path names the same class.
 MOVED = {"scgmem.embedder.Embedder": "scgmem.llm.embedder.Embedder",
          # the top-level package `baselines` became scgmem.baselines, its families subpackages (issue 27)

@@ -123,3 +123,35 @@ def test_a_k_sweep_on_a_llamacpp_server(server, tmp_path):
     assert len(summaries) == 2
     for path in summaries:
         check_contract(json.loads(path.read_text()), path.parent)
+
+
+def test_backend_llamacpp_through_its_launcher_serves_the_window_per_slot_under_the_model_name(tmp_path):
+    """`backend=llamacpp` as `make reproduce-* BACKEND=llamacpp` starts it (scgmem/llm/served/launchers/):
+    every slot holds the model's whole window (llama.cpp splits n_ctx among its slots), GET /v1/models
+    lists the model's name (the id the backend's requests carry, not the GGUF's path), and SCG-Mem runs
+    through it with `model=smollm2-135m backend=llamacpp` and the launcher's overrides alone."""
+    import urllib.request
+
+    from scgmem.llm.served.launchers import ServeSpec, launcher
+
+    spec = ServeSpec(model="embedded", served_name="smollm2-135m", max_model_len=8192)
+    server = launcher("llamacpp").start(spec, port=free_port(), log=tmp_path / "llamacpp.log", wait_s=120)
+    try:
+        root = server.url.removesuffix("/v1")
+        slots = json.loads(urllib.request.urlopen(root + "/slots", timeout=30).read())
+        assert [s["n_ctx"] for s in slots] == [8192] * launcher("llamacpp").slots
+        ids = [m["id"] for m in json.loads(urllib.request.urlopen(server.url + "/models", timeout=30).read())["data"]]
+        assert ids == ["smollm2-135m"]
+        run_dir = tmp_path / "run"
+        proc = subprocess.run([sys.executable, "-m", "scgmem.run", "model=smollm2-135m", "backend=llamacpp",
+                               *server.overrides, "method=scgmem", f"data.path={DATA}", "data.samples=[conv-26]",
+                               "data.max_sessions=1", "data.questions_per_category=1", "run.use_memory_cache=false",
+                               "run.progress=false", f"hydra.run.dir={run_dir}"],
+                              capture_output=True, text=True, timeout=900,
+                              env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["model"] == "smollm2-135m@llamacpp"
+        check_contract(summary, run_dir)
+    finally:
+        server.stop()

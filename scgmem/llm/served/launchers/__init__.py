@@ -63,6 +63,9 @@ class Launcher:
 
     name = "engine"
     health = "/health"
+    in_flight: int | None = None  # requests the client keeps in flight, when the engine wants fewer than the
+    #                               backend config's max_in_flight (llama.cpp's few slots); None: the config's
+    salts_cache = True  # the engine honours a request's cache_salt (a replay can run cold on a warm server)
 
     def check(self, spec: ServeSpec) -> None:
         """Raise EngineStartError (one line) when this machine cannot start the engine on `spec`;
@@ -87,7 +90,12 @@ class Launcher:
             on_spawn(proc)
         root = f"http://{spec.host}:{port}"
         wait_healthy(proc, root + self.health, wait_s=wait_s, what=f"{self.name} ({spec.served_name})", log=log)
-        return Server(proc=proc, url=root + "/v1", log=log, overrides=run_overrides(root + "/v1"))
+        return Server(proc=proc, url=root + "/v1", log=log, overrides=self.overrides(root + "/v1"))
+
+    def overrides(self, url: str) -> list[str]:
+        """The run overrides for a server of this engine at `url` (its /v1 root)."""
+        extra = [f"backend.llm.max_in_flight={self.in_flight}"] if self.in_flight else []
+        return [*run_overrides(url), *extra]
 
 
 def weights_of(spec: ServeSpec) -> str:

