@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -49,6 +51,32 @@ def minilm():
 
 
 def pytest_configure(config):
+    _own_cache()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("WANDB_MODE", "offline")
+
+
+_CACHE: list[Path] = []
+
+
+def _own_cache() -> None:
+    """The session's own SCGMEM_CACHE (runs' default run.cache_dir and its memory cache): the user's
+    memories neither feed the tests nor are written by them, so a suite gives the same result on a
+    machine that ran it before (a test that expected its ingest requests got them from a cached
+    memory once: CI, 2026-12-07). The de-quantised models and the tokenizers are shared (links),
+    since building them is `make install`'s job. SCGMEM_TEST_SHARED_CACHE=1 keeps the user's cache."""
+    if os.environ.get("SCGMEM_TEST_SHARED_CACHE") == "1" or _CACHE:
+        return
+    real = Path(os.environ.get("SCGMEM_CACHE", Path.home() / ".cache" / "scgmem"))
+    own = Path(tempfile.mkdtemp(prefix="scgmem-test-cache-"))
+    for shared in ("models", "tokenizers"):
+        (real / shared).mkdir(parents=True, exist_ok=True)
+        (own / shared).symlink_to(real / shared, target_is_directory=True)
+    os.environ["SCGMEM_CACHE"] = str(own)
+    _CACHE.append(own)
+
+
+def pytest_unconfigure(config):
+    for own in _CACHE:
+        shutil.rmtree(own, ignore_errors=True)  # the links go, never what they point to
