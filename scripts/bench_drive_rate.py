@@ -26,8 +26,9 @@ import threading
 import time
 from pathlib import Path
 
-from scgmem.harness.safe_files import open_nofollow
+from scgmem.harness.safe_files import open_nofollow, read_json_file
 from scgmem.llm.served.request_profile import read_records, tokens
+from scripts.bench_replay import run_seconds
 from scripts.replay_server import Replies, serve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ REPLACED = ("model.base_url=", "hydra.run.dir=", "run.cache_dir=", "run.parallel
 def _cache_hits(run_dir: Path) -> int:
     path = run_dir / "summary.json"
     try:
-        hits = json.loads(path.read_text())["timing"].get("memory_cache_hits", 0)
+        hits = read_json_file(path, 1 << 24)["timing"].get("memory_cache_hits", 0)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise SystemExit(f"error: {path}: timing.memory_cache_hits unreadable ({e})") from None
     if not isinstance(hits, int) or isinstance(hits, bool) or hits < 0:
@@ -76,12 +77,11 @@ def drive(run_dir: Path, parallel: int, port: int, extra: tuple[Path, ...] = ())
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
             return {"run_dir": str(run_dir), "parallel": parallel, "failed": tail, **replies.stats}
-        timing = json.loads((work / "run" / "summary.json").read_text())["timing"]
+        seconds = run_seconds(work / "run")  # the harness's ingest + answer seconds, checked
     finally:
         server.shutdown()
         server.server_close()
         shutil.rmtree(work, ignore_errors=True)
-    seconds = float(timing["ingest_s"]) + float(timing["answer_s"])
     sent = replies.stats["answered"]
     recorded_tokens = sum(tokens(r) for r in records)
     return {"run_dir": str(run_dir), "parallel": parallel, **replies.stats, "harness_s": round(seconds, 3),

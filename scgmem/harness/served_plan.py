@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,10 +47,11 @@ class ModelPlan:
         it is not the model's name (a cluster's server often serves the hub id)."""
         if self.url is None:
             return
+        from scgmem.llm.served.http_client import JsonClient, ServerError, listed_models
+
         try:
-            with urllib.request.urlopen(self.url + "/models", timeout=timeout_s) as reply:
-                ids = [str(m.get("id")) for m in json.loads(reply.read()).get("data", [])]
-        except (OSError, ValueError, AttributeError) as e:
+            ids = listed_models(JsonClient(self.url, timeout_s=timeout_s, retries=0))
+        except (ServerError, ValueError) as e:
             raise PlanError(f"BASE_URLS: {self.url}/models did not answer with a model list ({e})") from None
         if self.spec.served_name in ids:
             return

@@ -25,7 +25,6 @@ import argparse
 import logging
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,7 +33,7 @@ from pathlib import Path
 
 from scgmem.config_resolvers import CONFIG_DIR
 from scgmem.harness.served_plan import ModelPlan, PlanError, plan_models
-from scgmem.llm.served.launchers.launch import EngineStartError, stop_process
+from scgmem.llm.served.launchers.launch import EngineStartError, port_in_use, stop_process
 from scgmem.llm.served.launchers import launcher
 
 log = logging.getLogger("scgmem.served_sweep")
@@ -168,16 +167,6 @@ def visible_gpu_ids() -> list[str]:
     except (OSError, subprocess.SubprocessError):
         return []
     return [str(i) for i, line in enumerate(l for l in out.splitlines() if l.startswith("GPU "))]
-
-
-def port_in_use(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
 
 
 def _split(text: str | None) -> list[str]:

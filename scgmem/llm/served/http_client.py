@@ -141,14 +141,20 @@ def check_key_transport(urls: list[str], has_key: bool) -> None:
 MAX_MODELS_SHOWN = 5
 
 
+def listed_models(client: "JsonClient") -> list[str]:
+    """The model ids GET /models lists (a ServerError naming the server when it answers no list);
+    what the backend's readiness, the served sweep's BASE_URLS and `make vllm`'s "already up" ask."""
+    data = client.get("/models").get("data", [])
+    if not isinstance(data, list):
+        raise ServerError(f"{client.base_url}/models: field 'data': {printable(repr(data), 60)}: must be a list")
+    return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+
 def served_models(client: "JsonClient", model_id: str) -> list[str]:
     """The model ids GET /models lists; a ValueError naming the server when `model_id` is not among
     them (a server that lists none is taken at its word). The message shows a few names, each cut:
     a reply listing 100,000 models is not a 10 MB error line."""
-    data = client.get("/models").get("data", [])
-    if not isinstance(data, list):
-        raise ServerError(f"{client.base_url}/models: field 'data': {printable(repr(data), 60)}: must be a list")
-    listed = [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    listed = listed_models(client)
     if listed and model_id not in listed:
         shown = ", ".join(repr(printable(m, 60)) for m in listed[:MAX_MODELS_SHOWN])
         more = f", ... ({len(listed)} in all)" if len(listed) > MAX_MODELS_SHOWN else ""

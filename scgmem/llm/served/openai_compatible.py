@@ -45,9 +45,8 @@ from scgmem.llm.protocol import Generation, Needs, check_generate_args
 from scgmem.llm.chat_template import ChatPolicy, eos_token_ids, render_messages
 from scgmem.llm.constraint_spec import KeyConstraint
 from scgmem.llm.served.free_text import FreeTextCalls
-from scgmem.llm.served.http_client import (JsonClient, ServerError, check_key_transport, find_tokenize_endpoint, parse_base_urls,
-                                           printable,
-                                           served_models, tokenize_reply)
+from scgmem.llm.served.http_client import (JsonClient, ServerError, check_key_transport, find_tokenize_endpoint,
+                                           parse_base_urls, printable, served_models, tokenize_reply)
 from scgmem.llm.served import engines
 from scgmem.llm.served.constrained import ConstrainedCalls
 from scgmem.llm.served.engines.dialect import Unsupported

@@ -1,6 +1,6 @@
 """Starting and stopping a local serving engine: one bounded /health wait and one pid file, for
-every engine the project can start (llama.cpp's `llamacpp_server`, vLLM's `vllm_server`) and for the
-tests that start them. The pid file names the process by its number, start time and command line,
+every engine the project can start (the launchers beside this file: llamacpp.py, vllm.py, sglang.py)
+and for the tests that start them. The pid file names the process by its number, start time and command line,
 and nothing is signalled that is not the launcher's own server (`read_pid`); pid file and log are
 opened without following links.
 
@@ -215,23 +215,26 @@ def stop_pid_file(pid_file: Path, ours: Callable[[list[str]], bool], grace_s: fl
     return True
 
 
-def port_open(port: int, timeout_s: float = 1.0) -> bool:
-    """Whether something accepts connections on 127.0.0.1:`port`."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s):
+def port_in_use(host: str, port: int) -> bool:
+    """Whether `host`:`port` is taken (a server could not bind it): for `make vllm` and the served sweep."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
             return True
-    except OSError:
-        return False
+    return False
 
 
 def serves(port: int, model_id: str, timeout_s: float = 5.0) -> str | None:
     """None when 127.0.0.1:`port` answers /health and lists `model_id` in /v1/models; else why not."""
+    from scgmem.llm.served.http_client import JsonClient, ServerError, listed_models
+
     if not healthy(f"http://127.0.0.1:{port}/health"):
         return "does not answer /health"
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=timeout_s) as reply:
-            listed = [m.get("id") for m in json.loads(reply.read(1 << 20)).get("data", []) if isinstance(m, dict)]
-    except (OSError, ValueError, AttributeError, TypeError):
+        listed = listed_models(JsonClient(f"http://127.0.0.1:{port}/v1", timeout_s=timeout_s, retries=0))
+    except (ServerError, ValueError):
         return "answers no model list at /v1/models"
     return None if model_id in listed else f"serves {[str(m)[:60] for m in listed[:3]]}, not {model_id!r}"
 
@@ -263,7 +266,7 @@ def bring_up(what: str, port: int, state: Path, start: Callable[[Path], subproce
             raise NotOurServer(f"{what} (pid {pid}, {pid_file}) is running but 127.0.0.1:{port} {problem}; "
                                f"stop it with {stop}")
         print(f"{what} already up on 127.0.0.1:{port} (pid file {pid_file})")
-    elif port_open(port):
+    elif port_in_use("127.0.0.1", port):
         raise NotOurServer(f"127.0.0.1:{port} is in use by something else (no {what} server of {pid_file} holds it): "
                            "stop that service or choose another port")
     else:

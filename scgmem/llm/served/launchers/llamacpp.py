@@ -113,7 +113,6 @@ def main() -> None:
         sys.exit(2)
 
 
-
 class LlamacppLauncher(Launcher):
     """llama.cpp's server (xllamacpp) on a GGUF: the embedded model's bundled file only."""
 

@@ -61,6 +61,15 @@ def vllm_python() -> Path | None:
     return candidate if candidate.is_file() and os.access(candidate, os.X_OK) else None
 
 
+def require_vllm_python() -> Path:
+    """`vllm_python()`, or one line (EngineStartError) saying how to set vLLM up."""
+    python = vllm_python()
+    if python is None:
+        raise EngineStartError("vLLM is not set up: run `make vllm-install` (or set SCGMEM_VLLM_PYTHON, "
+                               "or make's VLLM_VENV=<venv>)")
+    return python
+
+
 def embedded_model_dir() -> Path:
     """The embedded SmolLM2 as a Hugging Face folder (de-quantised by `make install`)."""
     from scgmem.llm.loading import EMBEDDED
@@ -93,9 +102,7 @@ def start(port: int, *, model: str | None = None, served_name: str | None = SERV
           extra: list[str] | None = None) -> subprocess.Popen:
     """vLLM in a child process (its own session, so that stopping it stops its workers), answering
     /health within `wait_s` (else killed: `EngineStartError`)."""
-    python = vllm_python()
-    if python is None:
-        raise EngineStartError("vLLM is not set up: run `make vllm-install` (or set SCGMEM_VLLM_PYTHON)")
+    python = require_vllm_python()
     model = model or str(embedded_model_dir())
     cmd = command(model, port, python=python, served_name=served_name, dtype=dtype, max_model_len=max_model_len,
                   extra=extra)
@@ -148,16 +155,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-
 class VllmLauncher(Launcher):
     """vLLM's OpenAI server with `make vllm`'s flags (scgmem/llm/served/launchers/vllm.py says why each)."""
 
     name = "vLLM"
 
     def check(self, spec: ServeSpec) -> None:
-        if vllm_python() is None:
-            raise EngineStartError("vLLM is not set up: run `make vllm-install` (or set SCGMEM_VLLM_PYTHON, "
-                                   "or make's VLLM_VENV=<venv>)")
+        require_vllm_python()
 
     def command(self, spec: ServeSpec, port: int) -> list[str]:
         cmd = command(weights_of(spec), port, python=vllm_python(), served_name=spec.served_name, dtype=spec.dtype,
